@@ -1,0 +1,1 @@
+"""The kit's adapters: SQLite (embedded default), PostgreSQL, MySQL/MariaDB, SQL Server."""

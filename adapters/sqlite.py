@@ -1,0 +1,151 @@
+"""The SQLite adapter: the kit's embedded default.
+
+A real file database in WAL mode. Python's implicit transactions are switched
+off (``isolation_level=None``) and every write transaction starts with
+``BEGIN IMMEDIATE``: a deferred transaction that reads then writes fails with
+SQLITE_BUSY at once under WAL whatever the busy timeout, while an immediate
+one waits its turn. SQLite serialises writers, so claimers never see each
+other's locked rows (no ``skip_locked``): they queue for the write lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from adapters._sql.dialect import Dialect
+from adapters._sql.store import SqlStore
+from kit.connections import ConnectionFactory
+from kit.contract.capabilities import Capabilities, Capability
+from kit.contract.entities import ClockMode
+from kit.contract.errors import ConfigurationError, ConnectionLost, KitError, TransientError
+from kit.contract.protocol import MigrationSpec, StatementHook, Storage
+from kit.migrate import load_dialect
+
+__all__ = ["SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore", "BUSY_TIMEOUT_S"]
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a writer waits for SQLite's write lock before giving up."""
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+    migrations = "sqlite"
+    paramstyle = "qmark"
+    begin_write = "BEGIN IMMEDIATE"
+    begin_snapshot = "BEGIN"
+    lock_rows = ""  # BEGIN IMMEDIATE already holds the database's single write lock
+    skip_locked = ""
+    # julianday('now') has millisecond resolution; round to whole ms before scaling so
+    # floating point never yields ...999 microseconds.
+    database_now = "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+
+    def translate(self, error: BaseException) -> KitError | None:
+        if isinstance(error, sqlite3.ProgrammingError) and "closed" in str(error):
+            return ConnectionLost(f"the SQLite connection is closed ({error})")
+        if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+            return TransientError(
+                f"SQLite's write lock stayed busy for {BUSY_TIMEOUT_S:.0f} s ({error}); nothing was written"
+            )
+        return None
+
+    def table_exists(self, cursor: Any, table: str) -> bool:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+        return cursor.fetchone() is not None
+
+
+class SqliteStore(SqlStore):
+    """A store on one SQLite file."""
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        str(path),
+        timeout=BUSY_TIMEOUT_S,
+        isolation_level=None,  # no implicit transactions: the store issues BEGIN/COMMIT itself
+        check_same_thread=False,  # a store may be opened in one thread and used in another
+    )
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    return conn
+
+
+class SqliteDatabase:
+    """One SQLite file owned by the kit."""
+
+    store_class: type[SqliteStore] = SqliteStore
+    dialect: Dialect = SqliteDialect()
+
+    def __init__(self, path: Path, owned_dir: Path | None = None) -> None:
+        self.path = path
+        self.label = f"sqlite file {path}"
+        self._owned_dir = owned_dir
+
+    def open(
+        self,
+        tenant_id: str = "default",
+        *,
+        clock: ClockMode = ClockMode.TEST,
+        migrations: Sequence[MigrationSpec] | None = None,
+        statement_hook: StatementHook | None = None,
+    ) -> SqliteStore:
+        store = self.store_class(
+            self.dialect,
+            ConnectionFactory(lambda: _connect(self.path), statement_hook),
+            tenant_id,
+            clock,
+            load_dialect(self.dialect.migrations) if migrations is None else migrations,
+        )
+        if store.clock_mode is ClockMode.TEST:
+            store.install_test_clock()
+        return store
+
+    def kill_session(self, store: Storage) -> None:
+        """SQLite has no server session: closing the connection rolls back its transaction."""
+        assert isinstance(store, SqlStore)
+        store._conn.raw.close()
+
+    def drop(self) -> None:
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+
+
+class SqliteBackend:
+    """Makes throw-away SQLite files under a kit-owned temporary folder (or ``directory``)."""
+
+    name = "sqlite"
+    database_class: type[SqliteDatabase] = SqliteDatabase
+    capabilities = Capabilities.of(
+        Capability.TEST_CLOCK,
+        Capability.DATABASE_CLOCK,
+        Capability.TENANCY,
+        Capability.UNIT_OF_WORK,
+        Capability.CONCURRENT_CONNECTIONS,
+        Capability.STATEMENT_FAULTS,
+        Capability.KILL_SESSION,
+        clock_resolution_us=1000,
+    )
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self._directory = Path(directory) if directory is not None else None
+        if self._directory is not None and not self._directory.is_dir():
+            raise ConfigurationError(
+                f"SQLite directory {self._directory} does not exist: create it or pass another"
+            )
+        self._counter = itertools.count(1)
+
+    def describe(self) -> str:
+        return f"SQLite {sqlite3.sqlite_version} (Python sqlite3)"
+
+    def provision(self) -> SqliteDatabase:
+        owned = Path(tempfile.mkdtemp(prefix="kit_sqlite_", dir=self._directory))
+        return self.database_class(owned / "kit.db", owned_dir=owned)
+
+    def close(self) -> None:
+        pass
