@@ -37,6 +37,7 @@ class SqliteDialect(Dialect):
     name = "sqlite"
     migrations = "sqlite"
     paramstyle = "qmark"
+    driver_errors = (sqlite3.Error,)
     begin_write = "BEGIN IMMEDIATE"
     begin_snapshot = "BEGIN"
     lock_rows = ""  # BEGIN IMMEDIATE already holds the database's single write lock
@@ -116,6 +117,16 @@ class SqliteDatabase:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
 
 
+def _directory_from_url(url: str) -> str:
+    """``sqlite:///some/dir`` names the folder where the kit creates its throw-away files."""
+    from kit.discovery import parse_url
+
+    parsed = parse_url(url, "sqlite", ("sqlite",), example="sqlite:///path/to/folder")
+    if not parsed.database:
+        raise ConfigurationError(f"{url!r} names no folder: write sqlite:///path/to/folder")
+    return parsed.database
+
+
 class SqliteBackend:
     """Makes throw-away SQLite files under a kit-owned temporary folder (or ``directory``)."""
 
@@ -132,7 +143,9 @@ class SqliteBackend:
         clock_resolution_us=1000,
     )
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    def __init__(self, directory: str | Path | None = None, url: str | None = None) -> None:
+        if url is not None:
+            directory = _directory_from_url(url)
         self._directory = Path(directory) if directory is not None else None
         if self._directory is not None and not self._directory.is_dir():
             raise ConfigurationError(

@@ -21,6 +21,8 @@ class Dialect:
     """The folder under ``migrations/`` with this dialect's numbered files."""
     paramstyle = "qmark"
     """``qmark`` (``?``) or ``format`` (``%s``)."""
+    driver_errors: tuple[type[BaseException], ...] = ()
+    """The driver's exception classes: only these are translated into kit errors."""
 
     begin_write = "BEGIN"
     begin_snapshot = "BEGIN"

@@ -104,14 +104,12 @@ class SqlStore:
         self.clock_mode = ClockMode(clock)
         self.dialect = dialect
         self.connections = connections
-        self._migrations = list(migrations)
+        self.migrations = list(migrations)
         self._now_sql = dialect.test_now if self.clock_mode is ClockMode.TEST else dialect.database_now
         try:
             self._conn = connections.connect()
             self._cur = self._conn.cursor()
-        except KitError:
-            raise
-        except Exception as exc:
+        except dialect.driver_errors as exc:
             raise self._translate(exc) from exc
         self._depth = 0
         self._uow: _UnitOfWork | None = None
@@ -161,7 +159,7 @@ class SqlStore:
         self._uow, self._rollback_only = uow, False
         try:
             cur.execute(begin)
-        except Exception as exc:
+        except self.dialect.driver_errors as exc:
             self._uow = None
             self._quiet_rollback()
             raise self._translate(exc) from exc
@@ -174,15 +172,12 @@ class SqlStore:
                     "back: let the exception propagate or handle it outside the unit"
                 )
             cur.execute(self.dialect.commit)
-        except KitError:
-            self._quiet_rollback()
-            raise
-        except Exception as exc:
+        except self.dialect.driver_errors as exc:
             self._quiet_rollback()
             raise self._translate(exc) from exc
         except BaseException:
             self._quiet_rollback()
-            raise
+            raise  # kit errors and the caller's own exceptions propagate unchanged
         finally:
             self._depth = 0
             self._uow = None
@@ -268,7 +263,7 @@ class SqlStore:
         self._check_open()
         try:
             self.dialect.lock_migrations(self._cur)
-        except Exception as exc:
+        except self.dialect.driver_errors as exc:
             raise self._translate(exc) from exc
         try:
             while True:
@@ -284,7 +279,7 @@ class SqlStore:
 
     def _apply_pending(self, cur: Any, only_first: bool = False) -> list[str]:
         cur.execute(self.dialect.migrations_table_ddl)
-        todo = pending(self._applied(cur), self._migrations)
+        todo = pending(self._applied(cur), self.migrations)
         if only_first:
             todo = todo[:1]
         names = []
@@ -309,8 +304,8 @@ class SqlStore:
     def verify_schema(self) -> None:
         def check(cur: Any) -> None:
             if not self.dialect.table_exists(cur, "kit_schema_migrations"):
-                verify(None, self._migrations)
-            verify(self._applied(cur), self._migrations)
+                verify(None, self.migrations)
+            verify(self._applied(cur), self.migrations)
             missing = [t for t in CORE_TABLES if not self.dialect.table_exists(cur, t)]
             if missing:
                 from kit.contract.errors import SchemaError

@@ -69,6 +69,8 @@ class Transaction(Protocol):
 class Storage(Protocol):
     tenant_id: str
     clock_mode: ClockMode
+    migrations: Sequence[MigrationSpec]
+    """The migrations this store applies and verifies against, in order."""
 
     def close(self) -> None: ...
 

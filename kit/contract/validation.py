@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+from decimal import Decimal
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_json",
     "encode_json",
     "decode_json",
+    "json_equal",
     "check_digest",
     "check_lease",
     "check_limit",
@@ -108,6 +110,27 @@ def check_json(label: str, value: JSON) -> JSON:
 def encode_json(value: JSON) -> str:
     """Compact JSON text for storage (after :func:`check_json`)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def json_equal(a: JSON, b: JSON) -> bool:
+    """Equality of JSON values: numbers by exact decimal value, never bool == int.
+
+    ``1.5e300`` and ``15`` followed by 299 zeros are one JSON number (jsonb prints
+    the second for the first); ``true`` and ``1`` are not.
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return _decimal(a) == _decimal(b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _decimal(number: int | float) -> Decimal:
+    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
 
 
 def decode_json(text: str | bytes | None) -> JSON:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from kit.clock import ManualClock, ensure_utc, from_micros, system_now, to_micros
+from kit.connections import COMMIT_POINT, COMMITTED_POINT
 from kit.contract.entities import (
     JSON,
     ClockMode,
@@ -87,7 +88,7 @@ class MemoryStore:
         self.tenant_id = v.check_text("tenant_id", tenant_id, v.MAX_TENANT_ID)
         self.clock_mode = ClockMode(clock)
         self._shared = shared
-        self._migrations = list(migrations)
+        self.migrations = list(migrations)
         self._hook = statement_hook
         self._work: Tables | None = None
         self._tx: _Tx | None = None
@@ -104,15 +105,16 @@ class MemoryStore:
 
     @contextmanager
     def _read(self) -> Iterator[Tables]:
-        """The state to read: the open transaction's copy, or the shared state under the lock."""
+        """The state to read: the open transaction's copy, or the last committed state."""
         if self._depth:
             assert self._work is not None
             yield self._work
             return
         if self._closed:
             raise InvalidArgument("this store is closed: open a new one from its Database")
-        with self._shared.lock:
-            yield self._shared.tables
+        # A published state is never mutated (writers work on copies and swap the
+        # reference), so reading it needs no lock and never waits for a writer.
+        yield self._shared.tables
 
     def _write(self, label: str) -> None:
         """A named write step: the fault layer's seam (it may raise here)."""
@@ -154,12 +156,13 @@ class MemoryStore:
                         "an inner transaction() block failed, so the whole unit of work was "
                         "rolled back: let the exception propagate or handle it outside the unit"
                     )
-                self._write("COMMIT")
+                self._write(COMMIT_POINT)
                 self._shared.tables = self._work
             finally:
                 self._work = None
                 self._tx = None
                 self._depth = 0
+            self._write(COMMITTED_POINT)
         for callback in tx.callbacks:
             callback()
 
@@ -174,7 +177,7 @@ class MemoryStore:
         names: list[str] = []
         with self._unit() as t:
             applied = list((t.applied or {}).values())
-            for m in pending(applied, self._migrations):
+            for m in pending(applied, self.migrations):
                 self._write(f"MIGRATE {m.version:03d}_{m.name}")
                 t.applied = dict(t.applied or {})
                 t.applied[m.version] = AppliedMigration(m.version, m.name, m.checksum)
@@ -183,7 +186,7 @@ class MemoryStore:
 
     def verify_schema(self) -> None:
         with self._read() as t:
-            verify(None if t.applied is None else list(t.applied.values()), self._migrations)
+            verify(None if t.applied is None else list(t.applied.values()), self.migrations)
 
     # -- clock ------------------------------------------------------------
     def now(self) -> datetime:

@@ -1,0 +1,226 @@
+"""What every conformance check stands on: fixtures, capability gating, small helpers.
+
+A check is a ``test_*`` method of an area class. Its docstring is the
+guarantee it proves (reports quote it when the check fails); its id is
+``<area>.<name without test_>``; :func:`requires` names the capabilities it
+needs. The adapter comes from the ``kit_backend`` fixture: the kit's pytest
+plugin provides it from ``--kit-backend``, or an author overrides it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+
+from kit.contract import (
+    Backend,
+    Capability,
+    ClockMode,
+    Database,
+    Decision,
+    DefinitionRef,
+    NewCommand,
+    NewEvent,
+    NewTimer,
+    Run,
+    RunClaim,
+    RunStatus,
+    Storage,
+    digest_of,
+)
+from kit.contract.outcomes import Outcome
+from kit.faults import StatementFaults
+
+__all__ = [
+    "LEASE",
+    "TENANT",
+    "AreaChecks",
+    "Threads",
+    "requires",
+    "check_id",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LEASE = timedelta(seconds=30)
+TENANT = "tenant-a"
+THREAD_TIMEOUT_S = 60.0
+"""How long a thread of a concurrency check may take before the check calls it stuck."""
+
+
+def requires(*capabilities: Capability) -> Callable[[F], F]:
+    """Declare the capabilities a check needs; undeclared ones skip it as unsupported."""
+
+    def mark(fn: F) -> F:
+        if isinstance(fn, type):  # a whole area: mark each check it defines
+            for name, member in vars(fn).items():
+                if name.startswith("test_") and callable(member):
+                    mark(member)
+            return fn
+        existing: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
+        fn.kit_requires = existing + capabilities  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def check_id(cls: type, function_name: str) -> str:
+    """``<area>.<name>``, the area being that of the class that defines the check."""
+    area = getattr(cls, "area", cls.__name__)
+    for klass in cls.__mro__:
+        if function_name in vars(klass):
+            area = getattr(klass, "area", klass.__name__)
+            break
+    return f"{area}.{function_name.removeprefix('test_')}"
+
+
+class Threads:
+    """Run callables in threads started together; re-raise the first error; never hang."""
+
+    @staticmethod
+    def run(functions: Sequence[Callable[[], Any]], timeout: float = THREAD_TIMEOUT_S) -> list[Any]:
+        barrier = threading.Barrier(len(functions))
+        results: list[Any] = [None] * len(functions)
+        errors: list[BaseException | None] = [None] * len(functions)
+
+        def worker(i: int, fn: Callable[[], Any]) -> None:
+            try:
+                barrier.wait(timeout)
+                results[i] = fn()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors[i] = exc
+
+        threads = [threading.Thread(target=worker, args=(i, f), daemon=True) for i, f in enumerate(functions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        stuck = [i for i, t in enumerate(threads) if t.is_alive()]
+        if stuck:
+            pytest.fail(f"threads {stuck} did not finish within {timeout:.0f} s: a store blocked or deadlocked")
+        for err in errors:
+            if err is not None:
+                raise err
+        return results
+
+
+class AreaChecks:
+    """Base of every area class: fixtures and helpers. Subclass the suite, not this."""
+
+    area: ClassVar[str] = "conformance"
+
+    # -- fixtures ---------------------------------------------------------
+    @pytest.fixture(autouse=True)
+    def _kit_gate(self, request: pytest.FixtureRequest, kit_backend: Backend) -> None:
+        """Skip checks whose capabilities are undeclared; mark declared expected failures strict."""
+        fn = request.function
+        needed: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
+        missing = kit_backend.capabilities.missing(needed)
+        if missing:
+            names = ", ".join(c.value for c in missing)
+            pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare {names}")
+        cid = check_id(type(self), fn.__name__)
+        reason = kit_backend.capabilities.expected_failures.get(cid)
+        if reason is not None:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=f"expected-failure: {reason}"))
+
+    @pytest.fixture
+    def database(self, kit_backend: Backend) -> Iterator[Database]:
+        db = kit_backend.provision()
+        try:
+            yield db
+        finally:
+            db.drop()
+
+    @pytest.fixture
+    def open_store(self, database: Database, kit_backend: Backend) -> Iterator[Callable[..., Storage]]:
+        """Open more migrated stores on the test's database (closed at teardown)."""
+        opened: list[Storage] = []
+        if Capability.TEST_CLOCK not in kit_backend.capabilities:
+            pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare test_clock")
+
+        def open_(tenant: str = TENANT, migrate: bool = True, **kwargs: Any) -> Storage:
+            kwargs.setdefault("clock", ClockMode.TEST)
+            store = database.open(tenant, **kwargs)
+            opened.append(store)
+            if migrate:
+                store.migrate()
+            return store
+
+        yield open_
+        for store in opened:
+            store.close()
+
+    @pytest.fixture
+    def store(self, open_store: Callable[..., Storage]) -> Storage:
+        """A migrated store for tenant ``tenant-a`` on the test clock."""
+        return open_store()
+
+    @pytest.fixture
+    def faults(self) -> StatementFaults:
+        return StatementFaults()
+
+    # -- helpers ----------------------------------------------------------
+    @staticmethod
+    def define(store: Storage, name: str = "wf", body: bytes = b"workflow v1", version: str = "1") -> DefinitionRef:
+        return store.ensure_definition(name, version, digest_of(body), body).ref
+
+    @classmethod
+    def start(cls, store: Storage, run_id: str = "run-1", **kwargs: Any) -> Run:
+        ref = kwargs.pop("definition", None) or cls.define(store)
+        return store.start_run(run_id, ref, **kwargs).run
+
+    @staticmethod
+    def claim_one(store: Storage, worker: str = "w1", lease: timedelta = LEASE) -> RunClaim:
+        claims = store.claim_runs(worker, lease, limit=1)
+        assert len(claims) == 1, f"expected one claimable run, got {claims}"
+        return claims[0]
+
+    @classmethod
+    def started_and_claimed(cls, store: Storage, run_id: str = "run-1", worker: str = "w1") -> RunClaim:
+        cls.start(store, run_id)
+        claim = cls.claim_one(store, worker)
+        assert claim.run_id == run_id
+        return claim
+
+    @classmethod
+    def blocked_on_command(cls, store: Storage, run_id: str = "run-1", key: str = "op-1", **command: Any) -> RunClaim:
+        """A run that committed one decision scheduling command ``key`` and blocked."""
+        claim = cls.started_and_claimed(store, run_id)
+        outcome = store.commit_decision(
+            claim,
+            claim.revision,
+            Decision(
+                RunStatus.BLOCKED,
+                events=(NewEvent("command-scheduled", {"key": key}),),
+                commands=(NewCommand(key, command.pop("name", "do-work"), command.pop("input", {"n": 1}), **command),),
+            ),
+        )
+        assert outcome is Outcome.COMMITTED
+        return claim
+
+    @classmethod
+    def blocked_on_timer(cls, store: Storage, run_id: str = "run-1", delay: timedelta = timedelta(seconds=10)) -> RunClaim:
+        claim = cls.started_and_claimed(store, run_id)
+        outcome = store.commit_decision(
+            claim, claim.revision, Decision(RunStatus.BLOCKED, timers=(NewTimer("sleep", delay=delay),))
+        )
+        assert outcome is Outcome.COMMITTED
+        return claim
+
+    @classmethod
+    def blocked(cls, store: Storage, run_id: str = "run-1") -> RunClaim:
+        claim = cls.started_and_claimed(store, run_id)
+        assert store.commit_decision(claim, claim.revision, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        return claim
+
+    @classmethod
+    def completed(cls, store: Storage, run_id: str = "run-1", output: Any = None) -> RunClaim:
+        claim = cls.started_and_claimed(store, run_id)
+        decision = Decision(RunStatus.COMPLETED, output=output if output is not None else {"ok": True})
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
+        return claim

@@ -1,0 +1,323 @@
+"""The fenced decision commit: all or nothing, outcome precedence, first wins, no lost wake-up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from kit.contract import (
+    Capability,
+    CommandStatus,
+    Decision,
+    InvalidDecision,
+    NewCommand,
+    NewEvent,
+    NewTimer,
+    RunStatus,
+    SignalStatus,
+    Snapshot,
+    Storage,
+    StorageError,
+    TimerStatus,
+)
+from kit.contract.outcomes import Outcome
+from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
+from kit.faults import StatementFaults
+from kit.inspect import observable_state
+
+__all__ = ["CommitChecks"]
+
+
+class CommitChecks(AreaChecks):
+    area = "commit"
+
+    def test_commit_appends_contiguous_history(self, store: Storage) -> None:
+        """Each commit appends its events with the next contiguous seq values, starting at 1."""
+        claim = self.started_and_claimed(store)
+        store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=(NewEvent("a"), NewEvent("b"))))
+        claim = self.claim_one(store)
+        store.commit_decision(claim, 1, Decision(RunStatus.PENDING, events=(NewEvent("c"),)))
+        history = store.get_history("run-1")
+        assert [(e.seq, e.kind, e.revision) for e in history] == [(1, "a", 1), (2, "b", 1), (3, "c", 2)]
+
+    def test_commit_bumps_revision_and_clears_claim(self, store: Storage) -> None:
+        """A commit bumps the revision by exactly one and clears the claim."""
+        claim = self.started_and_claimed(store)
+        assert store.commit_decision(claim, 0, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        run = store.get_run("run-1")
+        assert run is not None and run.revision == 1 and run.status is RunStatus.BLOCKED
+        assert run.claim_owner is None and run.claim_expires_at is None and run.claim_generation == 1
+
+    def test_revision_mismatch_changes_nothing(self, store: Storage) -> None:
+        """A live claim with a wrong expected revision gets revision_mismatch and changes nothing."""
+        claim = self.started_and_claimed(store)
+        before = observable_state(store)
+        decision = Decision(RunStatus.COMPLETED, events=(NewEvent("x"),), output=1)
+        assert store.commit_decision(claim, 5, decision) is Outcome.REVISION_MISMATCH
+        assert observable_state(store) == before
+
+    def test_outcome_precedence(self, store: Storage) -> None:
+        """Refusals follow not_found > terminal > claim_lost > revision_mismatch."""
+        bad = Decision(RunStatus.COMPLETED)
+        done = self.completed(store, "closed")
+        assert store.commit_decision(replace(done, run_id="ghost"), 99, bad) is Outcome.NOT_FOUND
+        assert store.commit_decision(replace(done, generation=99), 99, bad) is Outcome.TERMINAL
+        live = self.started_and_claimed(store, "open")
+        assert store.commit_decision(replace(live, generation=live.generation + 1), 99, bad) is Outcome.CLAIM_LOST
+        assert store.commit_decision(live, 99, bad) is Outcome.REVISION_MISMATCH
+        assert store.commit_decision(live, 0, bad) is Outcome.COMMITTED
+
+    def test_retried_commit_changes_nothing(self, store: Storage) -> None:
+        """Sending the same commit again after it landed (a lost acknowledgement) changes nothing."""
+        claim = self.started_and_claimed(store)
+        decision = Decision(RunStatus.BLOCKED, events=(NewEvent("once"),), commands=(NewCommand("op", "do"),))
+        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        before = observable_state(store)
+        assert store.commit_decision(claim, 0, decision) is not Outcome.COMMITTED
+        assert observable_state(store) == before
+
+    @requires(Capability.STATEMENT_FAULTS)
+    def test_commit_is_all_or_nothing(self, open_store: Callable[..., Storage], faults: StatementFaults) -> None:
+        """A commit failing at any one of its statements leaves nothing partial behind."""
+        store = open_store(statement_hook=faults)
+        claim = self.blocked_on_command(store)
+        command = self._complete_only_command(store)
+        store.send_signal("run-1", "go", {"s": 1}, "sig-1")
+        claim = self.claim_one(store)
+        snapshot = store.load_claimed(claim)
+        assert isinstance(snapshot, Snapshot)
+        decision = Decision(
+            RunStatus.BLOCKED,
+            events=(NewEvent("e1", {"a": 1}), NewEvent("e2", None, "key-2")),
+            commands=(NewCommand("op-2", "next"), NewCommand("op-3", "more")),
+            timers=(NewTimer("t-1", delay=timedelta(seconds=5)),),
+            consume_signals=tuple(s.signal_id for s in snapshot.signals),
+            consume_commands=(command,),
+        )
+        before = observable_state(store)
+        point = 0
+        while True:
+            point += 1
+            faults.fail_at(point)
+            try:
+                outcome = store.commit_decision(claim, claim.revision, decision)
+            except StorageError:
+                faults.disarm()
+                assert observable_state(store) == before, (
+                    f"a commit failing at statement #{point} ({faults.fired!r}) left a partial write"
+                )
+                continue
+            faults.disarm()
+            break
+        assert outcome is Outcome.COMMITTED
+        assert point >= 4, f"the commit went through only {point - 1} fault points: is it hooked?"
+        assert observable_state(store) != before
+
+    def _complete_only_command(self, store: Storage) -> str:
+        cmd = store.claim_commands("worker", LEASE)[0]
+        assert store.complete_command(cmd, {"done": True}) is Outcome.COMPLETED
+        return cmd.command_id
+
+    def test_command_operation_keys_first_wins(self, store: Storage) -> None:
+        """A command whose operation key already exists for the run is not scheduled again: the first wins."""
+        self.blocked_on_command(store, key="op-1", name="original", input={"v": 1})
+        store.request_cancel("run-1")  # wakes the run
+        claim = self.claim_one(store)
+        decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "replaced", {"v": 2}), NewCommand("op-2", "new")))
+        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        commands = {c.operation_key: c for c in store.list_commands("run-1")}
+        assert sorted(commands) == ["op-1", "op-2"]
+        assert (commands["op-1"].name, commands["op-1"].input) == ("original", {"v": 1})
+
+    def test_first_wins_within_one_decision(self, store: Storage) -> None:
+        """Two commands (or timers) with one operation key in one decision: the first is kept."""
+        claim = self.started_and_claimed(store)
+        decision = Decision(
+            RunStatus.BLOCKED,
+            commands=(NewCommand("k", "first"), NewCommand("k", "second")),
+            timers=(NewTimer("t", delay=timedelta(seconds=1)), NewTimer("t", delay=timedelta(seconds=9))),
+        )
+        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        assert [c.name for c in store.list_commands("run-1")] == ["first"]
+        timers = store.list_timers("run-1")
+        assert len(timers) == 1 and timers[0].fire_at == store.now() + timedelta(seconds=1)
+
+    def test_timer_operation_keys_first_wins(self, store: Storage) -> None:
+        """A timer whose operation key already exists for the run keeps its original fire time."""
+        self.blocked_on_timer(store, delay=timedelta(seconds=10))
+        original = store.list_timers("run-1")[0]
+        store.request_cancel("run-1")
+        claim = self.claim_one(store)
+        decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("sleep", delay=timedelta(hours=5)),))
+        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        assert store.list_timers("run-1") == [original]
+
+    def test_terminal_commit_records_output_and_error(self, store: Storage) -> None:
+        """A terminal commit stores its output and error as given."""
+        claim = self.started_and_claimed(store)
+        decision = Decision(RunStatus.FAILED, output={"partial": [1, 2]}, error={"kind": "boom", "retry": False})
+        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        run = store.get_run("run-1")
+        assert run is not None and run.status is RunStatus.FAILED
+        assert (run.output, run.error) == ({"partial": [1, 2]}, {"kind": "boom", "retry": False})
+
+    def test_terminal_run_never_changes(self, store: Storage) -> None:
+        """Once terminal, nothing changes a run: commits, claims, signals, cancels are all refused."""
+        claim = self.completed(store)
+        store.advance_test_clock(LEASE * 3)
+        before = observable_state(store)
+        assert store.commit_decision(claim, 1, Decision(RunStatus.PENDING)) is Outcome.TERMINAL
+        assert store.claim_runs("w9", LEASE, limit=5) == []
+        assert store.send_signal("run-1", "late", {}, "late-1").outcome is Outcome.TERMINAL
+        assert store.request_cancel("run-1") is Outcome.TERMINAL
+        assert store.fire_due_timers() == []
+        assert observable_state(store) == before
+
+    def test_terminal_commit_closes_outstanding_work(self, store: Storage) -> None:
+        """A run going terminal cancels its unfinished commands and unfired timers."""
+        claim = self.started_and_claimed(store)
+        store.commit_decision(claim, 0, Decision(
+            RunStatus.PENDING,
+            commands=(NewCommand("a", "x"), NewCommand("b", "y")),
+            timers=(NewTimer("t", delay=timedelta(seconds=10)),),
+        ))
+        claimed = store.claim_commands("worker", LEASE)[0]
+        claim = self.claim_one(store)
+        assert store.commit_decision(claim, 1, Decision(RunStatus.CANCELLED)) is Outcome.COMMITTED
+        assert {c.status for c in store.list_commands("run-1")} == {CommandStatus.CANCELLED}
+        assert [t.status for t in store.list_timers("run-1")] == [TimerStatus.CANCELLED]
+        assert store.complete_command(claimed, {"late": True}) is Outcome.TERMINAL
+        store.advance_test_clock(timedelta(minutes=1))
+        assert store.fire_due_timers() == [] and store.claim_commands("w", LEASE) == []
+
+    def test_signal_during_decision_is_not_lost(self, store: Storage) -> None:
+        """A signal landing while a decision is made turns that decision's 'blocked' into 'pending'."""
+        claim = self.started_and_claimed(store)
+        store.load_claimed(claim)
+        store.send_signal("run-1", "go", {}, "sig-1")
+        assert store.commit_decision(claim, 0, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
+        assert self.claim_one(store, "w2").run_id == "run-1"
+
+    def test_completion_during_decision_is_not_lost(self, store: Storage) -> None:
+        """A command completing while a decision is made leaves the run runnable after a blocked commit."""
+        self.blocked_on_command(store)
+        cmd = store.claim_commands("worker", LEASE)[0]
+        store.send_signal("run-1", "wake", {}, "w-1")
+        claim = self.claim_one(store)
+        store.load_claimed(claim)
+        assert store.complete_command(cmd, {"r": 1}) is Outcome.COMPLETED
+        assert store.commit_decision(claim, 1, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
+
+    def test_timer_fired_during_decision_is_not_lost(self, store: Storage) -> None:
+        """A timer firing while a decision is made leaves the run runnable after a blocked commit."""
+        self.blocked_on_timer(store, delay=timedelta(seconds=10))
+        store.send_signal("run-1", "wake", {}, "w-1")
+        claim = self.claim_one(store)
+        store.advance_test_clock(timedelta(seconds=10))
+        assert len(store.fire_due_timers()) == 1
+        assert store.commit_decision(claim, 1, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
+
+    def test_blocked_without_new_input_stays_blocked(self, store: Storage) -> None:
+        """A blocked commit with no input arriving meanwhile leaves the run blocked."""
+        self.blocked(store)
+        run = store.get_run("run-1")
+        assert run is not None and run.status is RunStatus.BLOCKED and not run.wakeup_pending
+
+    def test_consumed_signal_records_revision_and_leaves_inbox(self, store: Storage) -> None:
+        """Consuming a signal marks it consumed by the committing revision; later snapshots omit it."""
+        self.blocked(store)
+        store.send_signal("run-1", "go", {"n": 1}, "sig-1")
+        claim = self.claim_one(store)
+        snapshot = store.load_claimed(claim)
+        assert isinstance(snapshot, Snapshot) and len(snapshot.signals) == 1
+        decision = Decision(RunStatus.PENDING, consume_signals=(snapshot.signals[0].signal_id,))
+        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        signal = store.list_signals("run-1")[0]
+        assert (signal.status, signal.consumed_revision) == (SignalStatus.CONSUMED, 2)
+        later = store.load_claimed(self.claim_one(store))
+        assert isinstance(later, Snapshot) and later.signals == ()
+
+    def test_consuming_twice_is_refused(self, store: Storage) -> None:
+        """A signal consumed by one decision cannot be consumed by another: InvalidDecision, nothing written."""
+        self.blocked(store)
+        signal = store.send_signal("run-1", "go", {}, "sig-1").signal
+        assert signal is not None
+        claim = self.claim_one(store)
+        store.commit_decision(claim, 1, Decision(RunStatus.PENDING, consume_signals=(signal.signal_id,)))
+        claim = self.claim_one(store)
+        before = observable_state(store)
+        with pytest.raises(InvalidDecision):
+            store.commit_decision(claim, 2, Decision(RunStatus.PENDING, events=(NewEvent("x"),), consume_signals=(signal.signal_id,)))
+        assert observable_state(store) == before
+
+    def test_consuming_another_runs_input_is_refused(self, store: Storage) -> None:
+        """A decision cannot consume a signal that belongs to another run."""
+        claim = self.started_and_claimed(store, "run-1")
+        self.blocked(store, "other")
+        foreign = store.send_signal("other", "go", {}, "sig-1").signal
+        assert foreign is not None
+        before = observable_state(store)
+        with pytest.raises(InvalidDecision):
+            store.commit_decision(claim, 0, Decision(RunStatus.PENDING, consume_signals=(foreign.signal_id,)))
+        assert observable_state(store) == before
+
+    def test_event_operation_key_is_unique_per_run(self, store: Storage) -> None:
+        """An event repeating an operation key already in the history is refused and nothing is written."""
+        claim = self.started_and_claimed(store)
+        store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=(NewEvent("step", {}, "op-1"),)))
+        claim = self.claim_one(store)
+        before = observable_state(store)
+        with pytest.raises(InvalidDecision):
+            store.commit_decision(claim, 1, Decision(RunStatus.PENDING, events=(NewEvent("x"), NewEvent("step", {}, "op-1"))))
+        assert observable_state(store) == before
+
+    def test_malformed_decisions_are_refused(self, store: Storage) -> None:
+        """Decisions that are not well-formed (running status, terminal with new work) are refused."""
+        claim = self.started_and_claimed(store)
+        before = observable_state(store)
+        for bad in (
+            Decision(RunStatus.RUNNING),
+            Decision(RunStatus.COMPLETED, commands=(NewCommand("k", "n"),)),
+            Decision(RunStatus.PENDING, timers=(NewTimer("t"),)),
+        ):
+            with pytest.raises(InvalidDecision):
+                store.commit_decision(claim, 0, bad)
+        assert observable_state(store) == before
+
+    @requires(Capability.CONCURRENT_CONNECTIONS)
+    def test_parallel_commits_keep_histories_contiguous(self, open_store: Callable[..., Storage]) -> None:
+        """Workers committing to different runs while signals land keep every history contiguous."""
+        workers = [open_store() for _ in range(6)]
+        ref = self.define(workers[0])
+        for i in range(len(workers)):
+            workers[0].start_run(f"run-{i}", ref)
+
+        def work(i: int, store: Storage) -> None:
+            run_id = f"run-{i}"
+            for step in range(5):
+                claims = store.claim_runs(f"w{i}", LEASE, limit=10)
+                mine = [c for c in claims if c.run_id == run_id]
+                for other in claims:
+                    if other.run_id != run_id:
+                        store.release_run_claim(other)
+                if not mine:
+                    store.send_signal(run_id, "nudge", {"step": step}, f"{run_id}-{step}")
+                    continue
+                claim = mine[0]
+                store.commit_decision(claim, claim.revision, Decision(
+                    RunStatus.PENDING, events=(NewEvent("step", {"step": step}), NewEvent("step2")),
+                ))
+                store.send_signal(run_id, "nudge", {"step": step}, f"{run_id}-{step}")
+
+        Threads.run([(lambda i=i, s=s: work(i, s)) for i, s in enumerate(workers)])
+        for i in range(len(workers)):
+            history = workers[0].get_history(f"run-{i}")
+            assert [e.seq for e in history] == list(range(1, len(history) + 1))
+            run = workers[0].get_run(f"run-{i}")
+            assert run is not None and run.revision == len({e.revision for e in history})

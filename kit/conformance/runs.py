@@ -1,0 +1,158 @@
+"""Runs: start with idempotency, reads, stable keyset pagination, cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from kit.contract import (
+    Capability,
+    Decision,
+    DefinitionMismatch,
+    DefinitionNotFound,
+    DefinitionRef,
+    NewEvent,
+    RunAlreadyExists,
+    RunStatus,
+    Storage,
+    digest_of,
+    iter_pages,
+)
+from kit.contract.outcomes import Outcome
+from kit.conformance._harness import AreaChecks, Threads, requires
+
+__all__ = ["RunChecks"]
+
+
+class RunChecks(AreaChecks):
+    area = "runs"
+
+    def test_start_creates_pending_run(self, store: Storage) -> None:
+        """start_run() creates a pending run at revision 0, generation 0, with its input and definition."""
+        ref = self.define(store)
+        result = store.start_run("run-1", ref, {"order": 42})
+        run = result.run
+        assert result.created
+        assert (run.status, run.revision, run.claim_generation, run.claim_owner) == (RunStatus.PENDING, 0, 0, None)
+        assert run.input == {"order": 42} and run.definition == ref
+        assert run.created_at == store.now() and run.output is None and not run.cancel_requested
+        assert store.get_run("run-1") == run
+
+    def test_start_requires_an_ensured_definition(self, store: Storage) -> None:
+        """start_run() with an unknown definition raises DefinitionNotFound and stores nothing."""
+        with pytest.raises(DefinitionNotFound):
+            store.start_run("run-1", DefinitionRef("ghost", "1", digest_of(b"x")))
+        assert store.get_run("run-1") is None
+
+    def test_start_requires_the_stored_digest(self, store: Storage) -> None:
+        """start_run() naming a different digest than the stored one raises DefinitionMismatch."""
+        ref = self.define(store, body=b"v1")
+        with pytest.raises(DefinitionMismatch):
+            store.start_run("run-1", DefinitionRef(ref.name, ref.version, digest_of(b"v2")))
+        assert store.get_run("run-1") is None
+
+    def test_repeated_idempotency_key_returns_existing_run(self, store: Storage) -> None:
+        """A repeated idempotency key returns the existing run with created=False and changes nothing."""
+        ref = self.define(store)
+        first = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
+        store.advance_test_clock(timedelta(seconds=1))
+        again = store.start_run("run-2", ref, {"v": 2}, idempotency_key="order-42")
+        assert not again.created and again.run == first.run
+        assert store.get_run("run-2") is None and store.get_run("run-1") == first.run
+
+    def test_duplicate_run_id_is_refused(self, store: Storage) -> None:
+        """Starting an existing run id without its idempotency key raises RunAlreadyExists."""
+        run = self.start(store, "run-1", input={"v": 1})
+        with pytest.raises(RunAlreadyExists):
+            store.start_run("run-1", run.definition, {"v": 2})
+        assert store.get_run("run-1") == run
+
+    @requires(Capability.CONCURRENT_CONNECTIONS)
+    def test_concurrent_starts_with_one_key_create_one_run(self, open_store: Callable[..., Storage]) -> None:
+        """Concurrent starts repeating one idempotency key create exactly one run; all get it back."""
+        stores = [open_store() for _ in range(4)]
+        ref = self.define(stores[0])
+        results = Threads.run([
+            (lambda s=s, i=i: s.start_run(f"run-{i}", ref, {"i": i}, idempotency_key="same"))
+            for i, s in enumerate(stores)
+        ])
+        assert sum(r.created for r in results) == 1
+        assert len({r.run.run_id for r in results}) == 1
+        assert len(list(iter_pages(stores[0]))) == 1
+
+    def test_get_absent_run_is_none(self, store: Storage) -> None:
+        """get_run() of an unknown id returns nothing."""
+        assert store.get_run("nope") is None
+
+    def test_list_runs_orders_by_code_point(self, store: Storage) -> None:
+        """list_runs() orders run ids by code point, whatever the database's default collation."""
+        ref = self.define(store)
+        ids = ["b", "B", "a", "\u00e9", "e\u0301", "Z", "~", "10", "9", "a-", "a_", "\u4e2d"]
+        for run_id in ids:
+            store.start_run(run_id, ref)
+        assert [r.run_id for r in store.list_runs(limit=100)] == sorted(ids)
+
+    def test_pagination_is_stable(self, store: Storage) -> None:
+        """Keyset pages concatenate to the full ordered list with no run missing or repeated."""
+        ref = self.define(store)
+        ids = [f"run-{i:03d}" for i in range(23)] + ["Run-x", "\u00e9t\u00e9"]
+        for run_id in reversed(ids):
+            store.start_run(run_id, ref)
+        paged = [r.run_id for r in iter_pages(store, page=7)]
+        assert paged == sorted(ids)
+
+    def test_pagination_after_last_is_empty(self, store: Storage) -> None:
+        """A page after the last run id is empty."""
+        self.start(store, "run-1")
+        assert store.list_runs(after="run-1") == []
+
+    def test_list_runs_filters_by_status(self, store: Storage) -> None:
+        """list_runs(status=...) returns exactly the runs in that status."""
+        self.completed(store, "done")
+        self.start(store, "waiting", definition=self.define(store))
+        assert [r.run_id for r in store.list_runs(status=RunStatus.COMPLETED)] == ["done"]
+        assert [r.run_id for r in store.list_runs(status=RunStatus.PENDING)] == ["waiting"]
+
+    def test_history_reads_page_by_seq(self, store: Storage) -> None:
+        """get_history() pages by seq with after_seq and limit."""
+        claim = self.started_and_claimed(store)
+        events = tuple(NewEvent("e", {"i": i}) for i in range(5))
+        assert store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=events)) is Outcome.COMMITTED
+        assert [e.seq for e in store.get_history("run-1", after_seq=2, limit=2)] == [3, 4]
+        assert [e.payload["i"] for e in store.get_history("run-1")] == [0, 1, 2, 3, 4]
+
+    def test_cancel_request_marks_and_wakes_blocked_run(self, store: Storage) -> None:
+        """request_cancel() sets cancel_requested and makes a blocked run runnable."""
+        self.blocked(store)
+        assert store.request_cancel("run-1", "user asked") is Outcome.COMMITTED
+        run = store.get_run("run-1")
+        assert run is not None and run.cancel_requested and run.cancel_reason == "user asked"
+        assert run.status is RunStatus.PENDING
+        assert self.claim_one(store).run_id == "run-1"
+
+    def test_cancel_request_twice_is_duplicate(self, store: Storage) -> None:
+        """A second request_cancel() on the same run is a duplicate and changes nothing."""
+        self.blocked(store)
+        store.request_cancel("run-1", "first")
+        before = store.get_run("run-1")
+        assert store.request_cancel("run-1", "second") is Outcome.DUPLICATE
+        assert store.get_run("run-1") == before
+
+    def test_cancel_request_on_closed_or_absent_run(self, store: Storage) -> None:
+        """request_cancel() is 'terminal' on a closed run and 'not_found' on an unknown one."""
+        self.completed(store)
+        before = store.get_run("run-1")
+        assert store.request_cancel("run-1") is Outcome.TERMINAL
+        assert store.get_run("run-1") == before
+        assert store.request_cancel("ghost") is Outcome.NOT_FOUND
+
+    def test_cancel_request_on_running_run_is_honoured_by_commit(self, store: Storage) -> None:
+        """A cancel landing on a running run marks it, and a blocked commit then leaves it runnable."""
+        claim = self.started_and_claimed(store)
+        assert store.request_cancel("run-1") is Outcome.COMMITTED
+        running = store.get_run("run-1")
+        assert running is not None and running.status is RunStatus.RUNNING and running.wakeup_pending
+        assert store.commit_decision(claim, 0, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]

@@ -1,0 +1,99 @@
+"""Finding a server: explicit URL, then the local default, then testcontainers, else a clear skip.
+
+URLs are SQLAlchemy URLs (``postgresql+psycopg://``, ``mysql+pymysql://``,
+``mssql+pyodbc://``, ``sqlite:///``), parsed with SQLAlchemy's own parser. A
+password never leaves this module unredacted in a message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+
+from kit.contract.errors import ConfigurationError
+
+__all__ = [
+    "ServerHandle",
+    "docker_engine",
+    "env_url",
+    "parse_url",
+    "redact",
+    "tcp_open",
+]
+
+_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]*)(@)")
+
+
+def redact(url: str) -> str:
+    """``url`` safe to print: the password replaced by ``***``, even if the URL is malformed."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a malformed URL is redacted by pattern instead
+        return _PASSWORD.sub(r"\1***\3", url)
+
+
+def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str):  # type: ignore[no-untyped-def]
+    """The parsed URL (a ``sqlalchemy.engine.URL``), or a ConfigurationError naming the fix."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ConfigurationError(
+            f"malformed {backend} URL {redact(url)!r}: write it like {example}"
+        ) from None
+    if parsed.get_backend_name() not in drivers:
+        raise ConfigurationError(
+            f"{redact(url)!r} is not a {backend} URL (scheme {parsed.drivername!r}): write it like {example}"
+        )
+    return parsed
+
+
+def env_url(backend: str) -> str | None:
+    """``KIT_<BACKEND>_URL`` if set and not empty."""
+    value = os.environ.get(f"KIT_{backend.upper()}_URL", "").strip()
+    return value or None
+
+
+def tcp_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def docker_engine() -> tuple[bool, str]:
+    """Whether a Docker engine answers (testcontainers needs one), and why not."""
+    try:
+        import docker  # testcontainers' own dependency
+    except ImportError:
+        return False, "the docker and testcontainers packages are not installed (pip install 'durable-storage-kit[docker]')"
+    try:
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return True, "a Docker engine answers"
+    except Exception as exc:  # noqa: BLE001 - any failure means no engine
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return False, f"no Docker engine answers ({first_line[:120]})"
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """Where a server was found, and how, safe to print."""
+
+    backend: str
+    url: str
+    how: str
+    """``url`` (given), ``local`` (default port) or ``testcontainers``."""
+    version: str = ""
+
+    def __str__(self) -> str:
+        found = {"url": "given URL", "local": "local default", "testcontainers": "testcontainers"}[self.how]
+        version = f", {self.version}" if self.version else ""
+        return f"{self.backend} at {redact(self.url)} ({found}{version})"

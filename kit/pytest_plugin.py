@@ -1,0 +1,110 @@
+"""The kit's pytest plugin (registered through the ``pytest11`` entry point).
+
+Thin on purpose: options, the ``kit_backend`` fixture, and report hooks that
+tag every conformance check with its id and guarantee so a failure names the
+promise that was broken.
+
+* ``--kit-backend NAME|package.module:factory`` and ``--kit-url URL`` select the
+  adapter for suites that do not override ``kit_backend``.
+* ``--kit-require`` (or ``KIT_REQUIRE_BACKENDS=postgres,mysql``) turns "backend
+  not reachable" from a skip into a failure: what CI uses to prove a suite ran.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kit.contract.errors import BackendUnavailable, ConfigurationError
+from kit.contract.protocol import Backend
+
+__all__ = ["use_backend", "required_backends"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kit", "durable-workflow storage kit")
+    group.addoption("--kit-backend", default=None, help="backend name or package.module:factory")
+    group.addoption("--kit-url", default=None, help="SQLAlchemy URL of the server to test (never printed with its password)")
+    group.addoption(
+        "--kit-require",
+        action="store_true",
+        default=False,
+        help="fail, instead of skip, when the selected backend is not reachable",
+    )
+
+
+def required_backends() -> set[str]:
+    """Backends that must be reachable (``KIT_REQUIRE_BACKENDS``, comma separated)."""
+    raw = os.environ.get("KIT_REQUIRE_BACKENDS", "")
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def use_backend(name: str, url: str | None = None, required: bool = False) -> Iterator[Backend]:
+    """Resolve a backend for a fixture: skip (typed 'not-reachable') or fail if it cannot be used."""
+    from kit.backends import resolve
+
+    must = required or name in required_backends()
+    try:
+        backend = resolve(name, url)
+    except BackendUnavailable as exc:
+        message = f"not-reachable: {exc}"
+        if must:
+            pytest.fail(f"{message} (required by --kit-require / KIT_REQUIRE_BACKENDS)", pytrace=False)
+        pytest.skip(message)
+    except ConfigurationError as exc:
+        pytest.fail(f"bad backend selection: {exc}", pytrace=False)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture(scope="session")
+def kit_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The adapter under test, from ``--kit-backend``; suites may override this fixture."""
+    name = request.config.getoption("kit_backend")
+    if not name:
+        pytest.skip(
+            "not-reachable: no backend selected: pass --kit-backend NAME (or package.module:factory) "
+            "or override the kit_backend fixture in your suite class"
+        )
+    yield from use_backend(name, request.config.getoption("kit_url"), request.config.getoption("kit_require"))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    name = config.getoption("kit_backend")
+    return f"kit backend: {name}" if name else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit)."""
+    from kit.conformance._harness import AreaChecks, check_id
+
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if cls is None or not issubclass(cls, AreaChecks):
+            continue
+        function = getattr(item, "function", None)
+        if function is None:
+            continue
+        cid = check_id(cls, function.__name__)
+        guarantee = inspect.getdoc(function) or ""
+        item.user_properties.append(("kit_check", cid))
+        item.user_properties.append(("kit_guarantee", guarantee.splitlines()[0] if guarantee else ""))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    props = dict(item.user_properties)
+    if "kit_check" in props:
+        report.sections.append(
+            ("kit guarantee violated", f"{props['kit_check']}: {props.get('kit_guarantee', '')}")
+        )
