@@ -93,6 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         cid = check_id(cls, function.__name__)
         guarantee = inspect.getdoc(function) or ""
+        item.extra_keyword_matches.add(cid.split(".", 1)[0])  # `-k claims` selects an area
         item.user_properties.append(("kit_check", cid))
         item.user_properties.append(("kit_guarantee", guarantee.splitlines()[0] if guarantee else ""))
 

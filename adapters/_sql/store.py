@@ -597,6 +597,10 @@ class SqlStore:
             and now < to_micros(run.claim_expires_at)
         )
 
+    def revision_current(self, run: Run, expected_revision: int) -> bool:
+        """The decision was made on the run's current revision."""
+        return run.revision == expected_revision
+
     def _refuse_run(self, run: Run | None, claim: RunClaim, now: int) -> Outcome | None:
         if run is None:
             return Outcome.NOT_FOUND
@@ -695,7 +699,7 @@ class SqlStore:
             if refused:
                 return refused
             assert run is not None
-            if run.revision != expected_revision:
+            if not self.revision_current(run, expected_revision):
                 return Outcome.REVISION_MISMATCH
             self._check_consumable(cur, run.run_id, decision)
             revision = run.revision + 1

@@ -1,0 +1,89 @@
+"""Run the conformance suite in-process against one backend and collect typed results.
+
+Used by ``kit check`` and by the kit's own seeded-bug tests. pytest runs with
+its own empty configuration (the caller's project settings never leak in),
+without its terminal output or cache, and with the backend injected rather
+than resolved a second time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from kit.contract.protocol import Backend
+from kit.report.results import CheckResult, ResultCollector
+
+__all__ = ["BACKEND_KEY", "SuiteRun", "run_suite"]
+
+BACKEND_KEY: pytest.StashKey[Backend] = pytest.StashKey()
+
+_HERE = Path(__file__).parent / "conformance"
+
+
+class _Inject:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.stash[BACKEND_KEY] = self.backend
+
+
+@dataclass
+class SuiteRun:
+    backend: str
+    description: str
+    results: list[CheckResult] = field(default_factory=list)
+    duration_s: float = 0.0
+    exit_code: int = 0
+    collection_errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.outcome in ("failed", "error")]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.collection_errors and bool(self.results)
+
+    def by_check(self) -> dict[str, CheckResult]:
+        return {r.nodeid: r for r in self.results}
+
+
+def run_suite(
+    backend: Backend,
+    keyword: str | None = None,
+    extra_args: Sequence[str] = (),
+    on_result: Callable[[CheckResult], None] | None = None,
+    on_collected: Callable[[int], None] | None = None,
+) -> SuiteRun:
+    """Run every conformance check (or those matching ``keyword``, pytest ``-k``) against ``backend``."""
+    collector = ResultCollector(on_result=on_result, on_collected=on_collected)
+    args = [
+        str(_HERE / "_target.py"),
+        "-c", str(_HERE / "_pytest.ini"),
+        "--rootdir", str(_HERE),
+        "-p", "no:cacheprovider",
+        "-p", "no:terminal",
+        "-p", "no:randomly",
+        "--import-mode=importlib",
+        "-W", "ignore::pytest.PytestRemovedIn10Warning",
+    ]
+    if keyword:
+        args += ["-k", keyword]
+    args += list(extra_args)
+    started = time.monotonic()
+    code = pytest.main(args, plugins=[_Inject(backend), collector])
+    run = SuiteRun(
+        backend=getattr(backend, "name", "?"),
+        description=backend.describe() if hasattr(backend, "describe") else "",
+        results=collector.results,
+        duration_s=time.monotonic() - started,
+        exit_code=int(code),
+        collection_errors=collector.collection_errors,
+    )
+    return run

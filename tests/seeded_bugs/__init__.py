@@ -1,0 +1,1 @@
+"""Seeded-bug adapters: deliberate, small breakages the kit must catch."""

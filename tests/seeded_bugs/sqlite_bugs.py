@@ -1,0 +1,264 @@
+"""Seeded bugs in the SQLite adapter: each a small, plausible mistake the suite must catch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from adapters._sql import rows as R
+from adapters.sqlite import SqliteBackend, SqliteDatabase, SqliteStore
+from kit.clock import to_micros
+from kit.contract import (
+    ClockMode,
+    Command,
+    CommandClaim,
+    Definition,
+    MigrationSpec,
+    Outcome,
+    Run,
+    RunClaim,
+    SignalReceipt,
+    StatementHook,
+)
+from kit.contract import validation as v
+from kit.migrate import AppliedMigration, Migration, load_dialect
+from tests.seeded_bugs._base import SeededBug, rewrite_migrations, rewrite_sql
+
+__all__ = ["SQLITE_BUGS"]
+
+
+def _backend(
+    store_cls: type[SqliteStore] = SqliteStore,
+    migrations: Callable[[list[Migration]], list[Migration]] | None = None,
+) -> Callable[[], SqliteBackend]:
+    def make() -> SqliteBackend:
+        class Database(SqliteDatabase):
+            store_class = store_cls
+
+            def open(
+                self,
+                tenant_id: str = "default",
+                *,
+                clock: ClockMode = ClockMode.TEST,
+                migrations_: Sequence[MigrationSpec] | None = None,
+                statement_hook: StatementHook | None = None,
+                **kwargs: Any,
+            ) -> SqliteStore:
+                chosen = kwargs.pop("migrations", migrations_)
+                if chosen is None and migrations is not None:
+                    chosen = migrations(load_dialect("sqlite"))
+                return super().open(tenant_id, clock=clock, migrations=chosen, statement_hook=statement_hook)
+
+        class Backend(SqliteBackend):
+            database_class = Database
+
+        return Backend()
+
+    return make
+
+
+# -- fences -----------------------------------------------------------------
+class IgnoresGeneration(SqliteStore):
+    """The fence checks owner and lease but forgets the generation."""
+
+    def run_fenced(self, run: Run, claim: RunClaim, now: int) -> bool:
+        return run.claim_owner == claim.worker_id and run.claim_expires_at is not None and now < to_micros(run.claim_expires_at)
+
+
+IgnoresGeneration = rewrite_sql(IgnoresGeneration, {"AND claim_generation = ?": "AND ? IS NOT NULL"}, "IgnoresGeneration")
+
+
+class LeaseComparedWithLessOrEqual(SqliteStore):
+    """A lease is treated as live at its expiry instant (<= instead of <)."""
+
+    def run_fenced(self, run: Run, claim: RunClaim, now: int) -> bool:
+        return (
+            run.claim_owner == claim.worker_id
+            and run.claim_generation == claim.generation
+            and run.claim_expires_at is not None
+            and now <= to_micros(run.claim_expires_at)
+        )
+
+    def command_fenced(self, command: Command, claim: CommandClaim, now: int) -> bool:
+        return (
+            command.claim_owner == claim.worker_id
+            and command.claim_generation == claim.generation
+            and command.claim_expires_at is not None
+            and now <= to_micros(command.claim_expires_at)
+        )
+
+
+class RevisionNotChecked(SqliteStore):
+    """A decision made on an old revision is accepted."""
+
+    def revision_current(self, run: Run, expected_revision: int) -> bool:
+        return True
+
+
+RevisionNotChecked = rewrite_sql(RevisionNotChecked, {"AND revision = ? AND": "AND ? IS NOT NULL AND"}, "RevisionNotChecked")
+
+
+class StaleCompletionAccepted(SqliteStore):
+    """Command completion only checks that the command is claimed, not by whom."""
+
+    def command_fenced(self, command: Command, claim: CommandClaim, now: int) -> bool:
+        return command.status.value == "claimed"
+
+
+# -- atomicity and transactions ---------------------------------------------
+class CommitSplitOverTwoTransactions(SqliteStore):
+    """The decision commit commits its events before writing the rest."""
+
+    def _append_events(self, cur: Any, run_id: str, revision: int, now: int, events: list[tuple[Any, str]]) -> None:
+        super()._append_events(cur, run_id, revision, now, events)
+        cur.execute(self.dialect.commit)
+        cur.execute(self.dialect.begin_write)
+
+
+class InnerFailureSwallowed(SqliteStore):
+    """A failed inner unit-of-work block does not doom the outer one."""
+
+    @property  # type: ignore[override]
+    def _rollback_only(self) -> bool:
+        return False
+
+    @_rollback_only.setter
+    def _rollback_only(self, value: bool) -> None:
+        pass
+
+
+# -- insert-if-absent and dedup ---------------------------------------------
+class EnsureDefinitionOverwrites(SqliteStore):
+    """ensure_definition() upserts instead of inserting if absent."""
+
+    def ensure_definition(self, name: str, version: str, digest: str, body: bytes) -> Definition:
+        v.check_digest(digest, body)
+
+        def ensure(cur: Any) -> Definition:
+            self._exec(
+                cur,
+                "INSERT OR REPLACE INTO kit_definitions (tenant_id, name, version, digest, body, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (self.tenant_id, name, version, digest, bytes(body), self._now_us(cur)),
+            )
+            found = self._definition(cur, name, version)
+            assert found is not None
+            return found
+
+        return self._write(ensure)
+
+
+class SignalDedupMissing(SqliteStore):
+    """send_signal() never looks for an earlier signal with the same dedup key."""
+
+    def send_signal(self, run_id: str, name: str, payload: Any, dedup_key: str) -> SignalReceipt:
+        text = v.encode_json(v.check_json("payload", payload))
+
+        def send(cur: Any) -> SignalReceipt:
+            run = self._locked_run(cur, run_id)
+            if run is None:
+                return SignalReceipt(Outcome.NOT_FOUND)
+            if run.status.terminal:
+                return SignalReceipt(Outcome.TERMINAL)
+            now = self._now_us(cur)
+            self._exec(
+                cur,
+                "INSERT INTO kit_signals (tenant_id, run_id, name, payload, dedup_key, status, consumed_revision, sent_at) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?)",
+                (self.tenant_id, run_id, name, text, dedup_key, now),
+            )
+            row = self._exec(cur, f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals ORDER BY signal_id DESC LIMIT 1").fetchone()
+            self._make_runnable(cur, run, now)
+            return SignalReceipt(Outcome.COMMITTED, R.to_signal(row))
+
+        return self._write(send)
+
+
+def _no_signal_dedup_index(migrations: list[Migration]) -> list[Migration]:
+    return rewrite_migrations(migrations, r"CREATE UNIQUE INDEX kit_signals_dedup ON kit_signals \(tenant_id, run_id, dedup_key\);", "")
+
+
+def _no_idempotency_index(migrations: list[Migration]) -> list[Migration]:
+    return rewrite_migrations(migrations, r"CREATE UNIQUE INDEX kit_runs_idempotency[^;]*;", "")
+
+
+def _case_insensitive_keys(migrations: list[Migration]) -> list[Migration]:
+    return rewrite_migrations(
+        migrations, r"\b(run_id|dedup_key|idempotency_key|operation_key)(\s+)TEXT\b", r"\1\2TEXT COLLATE NOCASE"
+    )
+
+
+IdempotencyKeyIgnored = rewrite_sql(
+    SqliteStore, {"AND idempotency_key = ?": "AND idempotency_key = ? AND 1 = 0"}, "IdempotencyKeyIgnored"
+)
+
+
+# -- time -------------------------------------------------------------------
+TimerFiresEarly = rewrite_sql(
+    SqliteStore,
+    {
+        "AND fire_at <= ? ORDER BY fire_at": "AND fire_at <= ? + 1000 ORDER BY fire_at",
+        "AND status = 'scheduled' AND fire_at <= ?": "AND status = 'scheduled' AND fire_at <= ? + 1000",
+    },
+    "TimerFiresEarly",
+)
+
+# -- claims, wake-ups, pagination, tenancy ----------------------------------
+GenerationNotBumped = rewrite_sql(
+    SqliteStore,
+    {"claim_generation = claim_generation + 1, claim_expires_at = ?, due_at = ?, wake_at": "claim_generation = claim_generation, claim_expires_at = ?, due_at = ?, wake_at"},
+    "GenerationNotBumped",
+)
+WakeupMarkForgotten = rewrite_sql(
+    SqliteStore, {"SET wakeup_pending = 1, updated_at = ?": "SET wakeup_pending = 0, updated_at = ?"}, "WakeupMarkForgotten"
+)
+PaginationInclusive = rewrite_sql(SqliteStore, {"run_id > ?": "run_id >= ?"}, "PaginationInclusive")
+ClaimIgnoresTenant = rewrite_sql(
+    SqliteStore, {"tenant_id = ? AND due_at <= ?": "? IS NOT NULL AND due_at <= ?"}, "ClaimIgnoresTenant"
+)
+
+
+class VerifyIgnoresChecksums(SqliteStore):
+    """verify_schema() compares migration numbers but not their checksums."""
+
+    def _applied(self, cur: Any) -> list[AppliedMigration]:
+        code = {m.version: m.checksum for m in self.migrations}
+        return [AppliedMigration(a.version, a.name, code.get(a.version, a.checksum)) for a in super()._applied(cur)]
+
+
+SQLITE_BUGS: tuple[SeededBug, ...] = (
+    SeededBug("commit_ignores_generation", "the fence forgets the claim generation", _backend(IgnoresGeneration),
+              ("claims.stale_generation_with_same_owner_is_refused",), "claims"),
+    SeededBug("lease_compared_with_le", "a lease is live at its expiry instant", _backend(LeaseComparedWithLessOrEqual),
+              ("claims.lease_is_lost_exactly_at_expiry", "commands.heartbeat_at_expiry_is_lost"), "claims or commands"),
+    SeededBug("revision_not_checked", "a decision on an old revision is accepted", _backend(RevisionNotChecked),
+              ("commit.revision_mismatch_changes_nothing", "commit.outcome_precedence"), "commit"),
+    SeededBug("stale_completion_accepted", "completion ignores owner, generation and lease", _backend(StaleCompletionAccepted),
+              ("commands.stale_completion_changes_nothing", "commands.completion_after_expiry_is_refused"), "commands"),
+    SeededBug("commit_split_over_two_transactions", "events commit before the rest of the decision",
+              _backend(CommitSplitOverTwoTransactions), ("commit.commit_is_all_or_nothing",), "commit"),
+    SeededBug("inner_failure_swallowed", "a failed inner block lets the outer unit commit", _backend(InnerFailureSwallowed),
+              ("unit_of_work.inner_failure_rolls_back_the_whole_unit",), "unit_of_work"),
+    SeededBug("ensure_definition_overwrites", "ensure_definition upserts", _backend(EnsureDefinitionOverwrites),
+              ("definitions.ensure_never_overwrites",), "definitions"),
+    SeededBug("signal_dedup_missing", "signals are never deduplicated",
+              _backend(SignalDedupMissing, _no_signal_dedup_index),
+              ("signals.duplicate_returns_existing_and_keeps_payload", "signals.concurrent_duplicates_store_one_signal"), "signals"),
+    SeededBug("idempotency_key_ignored", "start_run never finds the run an idempotency key already started",
+              _backend(IdempotencyKeyIgnored, _no_idempotency_index),
+              ("runs.repeated_idempotency_key_returns_existing_run", "runs.concurrent_starts_with_one_key_create_one_run"), "runs"),
+    SeededBug("keys_case_folded", "key columns compare case-insensitively", _backend(SqliteStore, _case_insensitive_keys),
+              ("keys_and_payloads.run_ids_are_byte_exact", "keys_and_payloads.dedup_keys_are_byte_exact"), "keys_and_payloads"),
+    SeededBug("timer_fires_early", "timers fire up to 1 ms early", _backend(TimerFiresEarly),
+              ("timers.timer_never_fires_early",), "timers"),
+    SeededBug("generation_not_bumped", "claims reuse the previous generation", _backend(GenerationNotBumped),
+              ("claims.claim_sets_owner_generation_and_lease", "claims.generations_only_grow"), "claims"),
+    SeededBug("wakeup_mark_forgotten", "input landing on a running run leaves no mark", _backend(WakeupMarkForgotten),
+              ("commit.signal_during_decision_is_not_lost",), "commit"),
+    SeededBug("pagination_inclusive", "list_runs(after=...) repeats the last run", _backend(PaginationInclusive),
+              ("runs.pagination_is_stable",), "runs"),
+    SeededBug("claim_ignores_tenant", "claims see every tenant's runs", _backend(ClaimIgnoresTenant),
+              ("tenancy.other_tenants_runs_are_unclaimable",), "tenancy"),
+    SeededBug("verify_ignores_checksums", "verify_schema never compares checksums", _backend(VerifyIgnoresChecksums),
+              ("schema.verify_fails_closed_on_tampered_migration",), "schema"),
+)
