@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kit.contract.errors import ConfigurationError
 
 __all__ = [
     "ServerHandle",
+    "discover",
     "docker_engine",
     "env_url",
     "parse_url",
@@ -97,3 +100,64 @@ class ServerHandle:
         found = {"url": "given URL", "local": "local default", "testcontainers": "testcontainers"}[self.how]
         version = f", {self.version}" if self.version else ""
         return f"{self.backend} at {redact(self.url)} ({found}{version})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def discover(
+    backend: str,
+    url: str | None,
+    *,
+    drivers: tuple[str, ...],
+    example: str,
+    local: tuple[str, ...],
+    probe: Callable[[str], str],
+    start_container: Callable[[], tuple[str, Any]] | None = None,
+) -> tuple[ServerHandle, Any]:
+    """Find a server in the one order every backend uses; return it and any container to stop.
+
+    1. ``url`` or ``KIT_<BACKEND>_URL``: must connect, else the backend is unavailable
+       (an explicit URL is never silently replaced by another server);
+    2. each ``local`` default URL in turn;
+    3. a testcontainers container when a Docker engine answers;
+    4. otherwise :class:`BackendUnavailable` naming all three ways.
+
+    ``probe(url)`` connects and returns the server version, raising if it cannot.
+    """
+    from kit.contract.errors import BackendUnavailable
+
+    given = url or env_url(backend)
+    if given:
+        parse_url(given, backend, drivers, example)
+        try:
+            version = probe(given)
+        except Exception as exc:  # noqa: BLE001 - any connection failure is reported as such
+            raise BackendUnavailable(
+                backend,
+                f"cannot connect to {redact(given)} ({_first_line(exc)})",
+                "Check the URL's host, port, user and database, and that the server is running",
+            ) from None
+        return ServerHandle(backend, given, "url", version), None
+    tried = []
+    for candidate in local:
+        try:
+            return ServerHandle(backend, candidate, "local", probe(candidate)), None
+        except Exception as exc:  # noqa: BLE001 - try the next way
+            tried.append(f"{redact(candidate)}: {_first_line(exc)}")
+    docker_ok, docker_why = docker_engine()
+    if docker_ok and start_container is not None:
+        container_url, container = start_container()
+        try:
+            return ServerHandle(backend, container_url, "testcontainers", probe(container_url)), container
+        except Exception:
+            container.stop()
+            raise
+    raise BackendUnavailable(
+        backend,
+        f"no server found: no --url or KIT_{backend.upper()}_URL was given; "
+        f"nothing answered locally ({'; '.join(tried) or 'no local default'}); testcontainers: {docker_why}",
+        f"Give --url / KIT_{backend.upper()}_URL (like {example}), start a local server, or run a Docker engine",
+    )

@@ -11,6 +11,7 @@ import pytest
 from kit.contract import (
     Capability,
     CommandStatus,
+    Database,
     Decision,
     InvalidDecision,
     NewCommand,
@@ -115,6 +116,42 @@ class CommitChecks(AreaChecks):
         assert outcome is Outcome.COMMITTED
         assert point >= 4, f"the commit went through only {point - 1} fault points: is it hooked?"
         assert observable_state(store) != before
+
+    @requires(Capability.KILL_SESSION, Capability.STATEMENT_FAULTS)
+    def test_session_killed_mid_commit_leaves_nothing(
+        self, database: Database, open_store: Callable[..., Storage]
+    ) -> None:
+        """A worker whose server session is killed at any point of a commit leaves nothing partial."""
+        observer = open_store()
+        claim = self.started_and_claimed(observer)
+        decision = Decision(
+            RunStatus.BLOCKED,
+            events=(NewEvent("e1"), NewEvent("e2")),
+            commands=(NewCommand("op-1", "x"),),
+            timers=(NewTimer("t-1", delay=timedelta(seconds=5)),),
+        )
+        before = observable_state(observer)
+        point = 0
+        while True:
+            point += 1
+            faults = StatementFaults()
+            worker = open_store(migrate=False, statement_hook=faults)
+            faults.fail_at(point, action=lambda _statement, w=worker: database.kill_session(w))
+            try:
+                outcome = worker.commit_decision(claim, 0, decision)
+            except StorageError:
+                assert faults.fired is not None
+                assert observable_state(observer) == before, (
+                    f"a session killed before statement #{point} ({faults.fired!r}) left a partial write"
+                )
+                continue
+            finally:
+                worker.close()
+            if faults.fired is not None:
+                pytest.fail(f"the commit succeeded although its session was killed before {faults.fired!r}")
+            break
+        assert outcome is Outcome.COMMITTED and point >= 4
+        assert observable_state(observer) != before
 
     def _complete_only_command(self, store: Storage) -> str:
         cmd = store.claim_commands("worker", LEASE)[0]
@@ -293,7 +330,7 @@ class CommitChecks(AreaChecks):
     @requires(Capability.CONCURRENT_CONNECTIONS)
     def test_parallel_commits_keep_histories_contiguous(self, open_store: Callable[..., Storage]) -> None:
         """Workers committing to different runs while signals land keep every history contiguous."""
-        workers = [open_store() for _ in range(6)]
+        workers = [open_store() for _ in range(10)]
         ref = self.define(workers[0])
         for i in range(len(workers)):
             workers[0].start_run(f"run-{i}", ref)

@@ -1,0 +1,148 @@
+"""What every server-backed adapter shares: throw-away namespaces, stores on them, session kills.
+
+A *namespace* is where one provisioned database lives: a schema on
+PostgreSQL, a database on MySQL/MariaDB and SQL Server. The kit names each
+``kit_<random>``, creates it through an admin connection, and drops only
+namespaces it created in this process, never anything else.
+
+A dialect's backend subclasses :class:`ServerBackend` and fills in the
+``_``-prefixed hooks (connect, create/drop a namespace, session id, kill).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from adapters._sql.dialect import Dialect
+from adapters._sql.store import SqlStore
+from kit.connections import ConnectionFactory
+from kit.contract.capabilities import Capabilities
+from kit.contract.entities import ClockMode
+from kit.contract.errors import ConfigurationError
+from kit.contract.protocol import MigrationSpec, StatementHook, Storage
+from kit.discovery import ServerHandle
+from kit.migrate import load_dialect
+
+__all__ = ["ServerBackend", "ServerDatabase", "NAMESPACE_PREFIX"]
+
+NAMESPACE_PREFIX = "kit_"
+
+
+class ServerDatabase:
+    """One kit-owned namespace on a server."""
+
+    def __init__(self, backend: "ServerBackend", namespace: str) -> None:
+        self.backend = backend
+        self.namespace = namespace
+        self.label = f"{backend.name} {namespace} on {backend.handle}"
+
+    def open(
+        self,
+        tenant_id: str = "default",
+        *,
+        clock: ClockMode = ClockMode.TEST,
+        migrations: Sequence[MigrationSpec] | None = None,
+        statement_hook: StatementHook | None = None,
+    ) -> SqlStore:
+        backend = self.backend
+        store = backend.store_class(
+            backend.dialect,
+            ConnectionFactory(lambda: backend._connect(self.namespace), statement_hook),
+            tenant_id,
+            clock,
+            load_dialect(backend.dialect.migrations) if migrations is None else migrations,
+        )
+        store.session_id = backend._session_id(store._conn.raw)  # type: ignore[attr-defined]
+        if store.clock_mode is ClockMode.TEST:
+            store.install_test_clock()
+        return store
+
+    def kill_session(self, store: Storage) -> None:
+        """End the store's server session from the admin connection, as a crash would."""
+        session = getattr(store, "session_id", None)
+        if session is None:
+            raise ConfigurationError("this store was not opened by a server backend: it has no session to kill")
+        self.backend._with_admin(lambda cur: self.backend._kill(cur, session))
+
+    def drop(self) -> None:
+        self.backend._drop(self.namespace)
+
+
+class ServerBackend:
+    """An adapter bound to one discovered server."""
+
+    name: ClassVar[str]
+    dialect: ClassVar[Dialect]
+    store_class: ClassVar[type[SqlStore]] = SqlStore
+    database_class: ClassVar[type[ServerDatabase]] = ServerDatabase
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, handle: ServerHandle, container: Any = None) -> None:
+        self.handle = handle
+        self._container = container
+        self._lock = threading.Lock()
+        self._admin: Any = None
+        self._created: set[str] = set()
+
+    # -- hooks a dialect fills in ------------------------------------------
+    def _connect(self, namespace: str | None) -> Any:
+        """A new autocommit DB-API connection, working inside ``namespace`` (None: the admin database)."""
+        raise NotImplementedError
+
+    def _create_namespace(self, cursor: Any, namespace: str) -> None:
+        raise NotImplementedError
+
+    def _drop_namespace(self, cursor: Any, namespace: str) -> None:
+        raise NotImplementedError
+
+    def _session_id(self, connection: Any) -> Any:
+        raise NotImplementedError
+
+    def _kill(self, cursor: Any, session_id: Any) -> None:
+        raise NotImplementedError
+
+    # -- shared behaviour ---------------------------------------------------
+    def describe(self) -> str:
+        return str(self.handle)
+
+    def _with_admin(self, fn: Any) -> Any:
+        with self._lock:
+            if self._admin is None:
+                self._admin = self._connect(None)
+            cursor = self._admin.cursor()
+            try:
+                return fn(cursor)
+            finally:
+                cursor.close()
+
+    def provision(self) -> ServerDatabase:
+        namespace = f"{NAMESPACE_PREFIX}{secrets.token_hex(6)}"
+        self._with_admin(lambda cur: self._create_namespace(cur, namespace))
+        self._created.add(namespace)
+        return self.database_class(self, namespace)
+
+    def _drop(self, namespace: str) -> None:
+        if namespace not in self._created or not namespace.startswith(NAMESPACE_PREFIX):
+            raise ConfigurationError(f"refusing to drop {namespace!r}: the kit did not create it in this run")
+        self._with_admin(lambda cur: self._drop_namespace(cur, namespace))
+        self._created.discard(namespace)
+
+    def close(self) -> None:
+        for namespace in sorted(self._created):
+            try:
+                self._drop(namespace)
+            except Exception:  # noqa: BLE001 - best effort: the server may already be gone
+                pass
+        with self._lock:
+            if self._admin is not None:
+                try:
+                    self._admin.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._admin = None
+        if self._container is not None:
+            self._container.stop()
+            self._container = None
