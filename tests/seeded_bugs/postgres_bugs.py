@@ -1,0 +1,134 @@
+"""Seeded bugs in the PostgreSQL adapter: the plausible PostgreSQL mistakes the suite must catch.
+
+Each bug is a small subclass of the real adapter (its dialect or its store).
+``make_backend`` discovers the server like the adapter does and raises
+:class:`~kit.contract.errors.BackendUnavailable` when none answers, so the
+seeded-bug tests skip (or fail, under ``KIT_REQUIRE_BACKENDS``) cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, cast
+
+from adapters.postgres import PostgresBackend, PostgresDialect, PostgresStore, discover
+from kit.clock import from_micros, to_micros
+from kit.contract import Backend, Definition, Run, RunClaim
+from kit.contract import validation as v
+from tests.seeded_bugs._base import SeededBug, rewrite_sql
+
+__all__ = ["POSTGRES_BUGS"]
+
+
+def _backend(
+    store_cls: type[PostgresStore] = PostgresStore, dialect: PostgresDialect | None = None
+) -> Callable[[], Backend]:
+    def make() -> Backend:
+        class Variant(PostgresBackend):
+            store_class = store_cls
+
+        if dialect is not None:
+            Variant.dialect = dialect
+        return cast(Backend, discover(backend_class=Variant))
+
+    return make
+
+
+# -- claims -----------------------------------------------------------------
+class NoSkipLocked(PostgresDialect):
+    """Claims lock their candidates FOR UPDATE without SKIP LOCKED: claimers queue."""
+
+    skip_locked = " FOR UPDATE"
+
+
+class ClaimSubqueryRescanned(PostgresStore):
+    """The textbook claim ``UPDATE ... WHERE run_id IN (SELECT ... LIMIT n FOR UPDATE
+    SKIP LOCKED)``: planned as the inner side of a nested loop, the subquery re-runs
+    per outer row, skips the rows this UPDATE already changed and claims past the limit."""
+
+    def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]:
+        lease_us = v.check_lease(lease)
+
+        def claim(cur: Any) -> list[RunClaim]:
+            now = self._now_us(cur)
+            expires = now + lease_us
+            picked = self._candidates("kit_runs", "run_id", "tenant_id = ? AND due_at <= ?", "due_at, run_id", limit)
+            rows = self._exec(
+                cur,
+                "UPDATE kit_runs SET status = 'running', claim_owner = ?, claim_generation = claim_generation + 1, "
+                "claim_expires_at = ?, due_at = ?, wake_at = NULL, wakeup_pending = 0, updated_at = ? "
+                f"WHERE tenant_id = ? AND run_id IN ({picked}) "
+                "RETURNING run_id, claim_generation, revision",
+                (worker_id, expires, expires, now, self.tenant_id, self.tenant_id, now),
+            ).fetchall()
+            at = from_micros(expires)
+            return [RunClaim(r[0], worker_id, int(r[1]), at, int(r[2])) for r in sorted(rows)]
+
+        return self._write(claim)
+
+
+# -- clock ------------------------------------------------------------------
+class NowNotClockTimestamp(PostgresDialect):
+    """The store clock is now(): frozen at the start of the transaction."""
+
+    database_now = "(EXTRACT(EPOCH FROM now()) * 1000000)::bigint"
+
+
+# -- fences -----------------------------------------------------------------
+class _FenceWithoutGeneration(PostgresStore):
+    """The fence checks owner and live lease but forgets the claim generation."""
+
+    def run_fenced(self, run: Run, claim: RunClaim, now: int) -> bool:
+        return (
+            run.claim_owner == claim.worker_id
+            and run.claim_expires_at is not None
+            and now < to_micros(run.claim_expires_at)
+        )
+
+
+# ... in the Python fence and in the final UPDATE's WHERE clause alike.
+FenceWithoutGeneration: type[PostgresStore] = rewrite_sql(
+    _FenceWithoutGeneration, {"AND claim_generation = ?": "AND ? IS NOT NULL"}, "FenceWithoutGeneration"
+)
+
+
+# -- insert-if-absent -------------------------------------------------------
+class NoReselectAfterOnConflict(PostgresStore):
+    """ensure_definition() trusts ``ON CONFLICT DO NOTHING RETURNING``: on a conflict
+    nothing is returned, and instead of re-selecting it answers with what it tried to
+    insert."""
+
+    def ensure_definition(self, name: str, version: str, digest: str, body: bytes) -> Definition:
+        v.check_digest(digest, body)
+
+        def ensure(cur: Any) -> Definition:
+            now = self._now_us(cur)
+            self._exec(
+                cur,
+                "INSERT INTO kit_definitions (tenant_id, name, version, digest, body, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at",
+                (self.tenant_id, name, version, digest, bytes(body), now),
+            ).fetchone()  # None on a conflict: the bug is not re-selecting the stored row
+            return Definition(name, version, digest, bytes(body), from_micros(now))
+
+        return self._write(ensure)
+
+
+POSTGRES_BUGS: tuple[SeededBug, ...] = (
+    SeededBug("no_skip_locked", "claims lock FOR UPDATE without SKIP LOCKED, so claimers wait for each other",
+              _backend(dialect=NoSkipLocked()),
+              ("claims.claimers_skip_rows_locked_by_an_open_claim",), "claims", backend="postgres"),
+    SeededBug("claim_subquery_rescanned", "claim as UPDATE ... WHERE run_id IN (SELECT ... LIMIT n SKIP LOCKED)",
+              _backend(ClaimSubqueryRescanned),
+              ("claims.claim_respects_limit",), "claims", backend="postgres"),
+    SeededBug("now_not_clock_timestamp", "the store clock is now(), frozen at transaction start",
+              _backend(dialect=NowNotClockTimestamp()),
+              ("clock.database_clock_moves_inside_a_transaction",), "clock", backend="postgres"),
+    SeededBug("fence_without_generation", "the fence forgets the claim generation", _backend(FenceWithoutGeneration),
+              ("claims.stale_generation_with_same_owner_is_refused",), "claims", backend="postgres"),
+    SeededBug("no_reselect_after_on_conflict", "ON CONFLICT DO NOTHING without the re-select: the caller's row is returned",
+              _backend(NoReselectAfterOnConflict),
+              ("definitions.racing_first_calls_store_one_row", "definitions.ensure_never_overwrites"),
+              "definitions", backend="postgres"),
+)
