@@ -3,6 +3,7 @@
     nox -s conformance                 # the suite on the embedded SQLite default
     nox -s conformance -- postgres     # any backend name, or package.module:factory [--url URL]
     nox -s mutants                     # every seeded bug against the whole suite
+    nox -s mssql                       # SQL Server: static T-SQL proof + whole suite (Docker or KIT_MSSQL_URL)
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ def conformance(session: nox.Session) -> None:
     extra = {"postgres": "[postgres]", "mysql": "[mysql]", "mssql": "[mssql]"}.get(args[0], "")
     session.install("-e", f".{extra}")
     session.run("kit", "check", *args)
+
+
+@nox.session
+def mssql(session: nox.Session) -> None:
+    """SQL Server, fully: the static T-SQL proof, then `kit check mssql` and the pytest suite,
+    required (never skipped), on KIT_MSSQL_URL or else a testcontainers SQL Server 2022.
+
+    Needs a Docker engine (or KIT_MSSQL_URL) and, on this host, unixODBC plus an ODBC
+    driver: Microsoft's msodbcsql18, or Debian's tdsodbc (FreeTDS).
+    """
+    session.install("-e", ".[mssql,docker,test]")
+    session.run("python", "-m", "pytest", "tests/test_mssql_static.py", "-q")
+    required = {"KIT_REQUIRE_BACKENDS": "mssql"}
+    session.run("kit", "check", "mssql", "--no-progress", *session.posargs, env=required)
+    session.run("python", "-m", "pytest", "tests/test_conformance_mssql.py", "-q", env=required)
 
 
 @nox.session
