@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -55,10 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "backends":
             return _backends(console)
     except ConfigurationError as exc:
-        console.print(f"[bold red]kit: error:[/] {exc}")
+        console.print(f"[bold red]kit: error:[/] {escape(str(exc))}", soft_wrap=True)
         return EXIT_BAD_INPUT
     except BackendUnavailable as exc:
-        console.print(f"[bold red]kit: {exc.backend} is not reachable:[/] {exc.reason}. {exc.fix}")
+        console.print(f"[bold red]kit: {escape(exc.backend)} is not reachable:[/] {escape(exc.reason)}. {escape(exc.fix)}",
+                      soft_wrap=True)
         return EXIT_UNREACHABLE
     return EXIT_BAD_INPUT
 
@@ -69,7 +71,7 @@ def _check(console: Console, args: argparse.Namespace) -> int:
 
     backend = resolve(args.backend, args.url)
     try:
-        console.print(f"kit {__version__}: conformance check of [bold]{args.backend}[/] ({backend.describe()})")
+        console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True, disable=args.no_progress,
@@ -95,7 +97,7 @@ def _print_summary(console: Console, run: object, args: argparse.Namespace) -> N
 
     assert isinstance(run, SuiteRun)
     for error in run.collection_errors:
-        console.print(f"[bold red]collection error:[/] {error}")
+        console.print(f"[bold red]collection error:[/] {escape(error)}")
     by_area: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, set[str]] = defaultdict(set)
     for r in run.results:
@@ -113,17 +115,17 @@ def _print_summary(console: Console, run: object, args: argparse.Namespace) -> N
             str(c["passed"]),
             f"[red]{failed}[/]" if failed else "0",
             str(c["skipped"] + c["xfailed"]),
-            "; ".join(sorted(reasons[area]))[:120],
+            escape("; ".join(sorted(reasons[area]))[:120]),
         )
     console.print(table)
     url = f" --url '{redact(args.url)}'" if args.url else ""
     for r in run.failed:
         name = r.nodeid.rsplit("::", 1)[-1].split("[", 1)[0]
-        console.print(f"[bold red]FAILED[/] {r.check}")
+        console.print(f"[bold red]FAILED[/] {escape(r.check)}")
         if r.guarantee:
-            console.print(f"  guarantee: {r.guarantee}")
-        console.print(f"  error: {r.message}")
-        console.print(f"  reproduce: kit check {args.backend}{url} -k {name}")
+            console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
+        console.print(f"  error: {escape(r.message)}", soft_wrap=True)
+        console.print(f"  reproduce: kit check {escape(args.backend)}{escape(url)} -k {escape(name)}", soft_wrap=True)
     totals = Counter(r.outcome for r in run.results)
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
     console.print(
@@ -142,13 +144,13 @@ def _backends(console: Console) -> int:
         try:
             backend = resolve(spec.name)
         except BackendUnavailable as exc:
-            table.add_row(spec.name, spec.summary, "[red]no[/]", f"{exc.reason}. {exc.fix}")
+            table.add_row(spec.name, spec.summary, "[red]no[/]", escape(f"{exc.reason}. {exc.fix}"))
             continue
         except ConfigurationError as exc:
-            table.add_row(spec.name, spec.summary, "[red]no[/]", str(exc))
+            table.add_row(spec.name, spec.summary, "[red]no[/]", escape(str(exc)))
             continue
         try:
-            table.add_row(spec.name, spec.summary, "[green]yes[/]", backend.describe())
+            table.add_row(spec.name, spec.summary, "[green]yes[/]", escape(backend.describe()))
         finally:
             backend.close()
     console.print(table)
