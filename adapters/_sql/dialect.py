@@ -42,6 +42,14 @@ class Dialect:
     """An SQL expression for the server's current time in integer microseconds."""
     test_now = "(SELECT now_us FROM kit_test_clock WHERE id = 1)"
 
+    def begin(self, cursor: Any, statement: str) -> None:
+        """Start a transaction with ``statement`` (``begin_write`` or ``begin_snapshot``).
+
+        A dialect that needs more than one statement to start a transaction
+        (MySQL: ``SET TRANSACTION ISOLATION LEVEL ...`` first) overrides this.
+        """
+        cursor.execute(statement)
+
     def sql(self, text: str) -> str:
         """``text`` with ``?`` placeholders rewritten for the driver."""
         if self.paramstyle == "format":

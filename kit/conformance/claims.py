@@ -154,6 +154,13 @@ class ClaimChecks(AreaChecks):
         store.advance_test_clock(timedelta(seconds=44))
         assert store.claim_runs("w2", LEASE) == []
 
+    def test_renewal_writing_unchanged_values_is_renewed(self, store: Storage) -> None:
+        """A renewal writing the values already stored (same instant, same lease) is renewed, not judged lost."""
+        claim = self.started_and_claimed(store)
+        assert store.renew_run_claim(claim, LEASE) is Outcome.RENEWED
+        assert store.renew_run_claim(claim, LEASE) is Outcome.RENEWED
+        assert store.get_run("run-1").claim_expires_at == claim.expires_at  # type: ignore[union-attr]
+
     def test_release_makes_run_claimable_at_once(self, store: Storage) -> None:
         """release_run_claim() gives the run back: pending, unowned, claimable immediately."""
         claim = self.started_and_claimed(store)

@@ -89,6 +89,14 @@ class CommandChecks(AreaChecks):
         assert store.heartbeat_command(cmd, timedelta(seconds=60)) is Outcome.RENEWED
         assert store.get_command(cmd.command_id).claim_expires_at == now + timedelta(seconds=60)  # type: ignore[union-attr]
 
+    def test_heartbeat_writing_unchanged_values_is_renewed(self, store: Storage) -> None:
+        """A heartbeat writing the values already stored (same instant, same lease) is renewed, not judged lost."""
+        self.blocked_on_command(store)
+        cmd = self._one(store)
+        assert store.heartbeat_command(cmd, LEASE) is Outcome.RENEWED
+        assert store.heartbeat_command(cmd, LEASE) is Outcome.RENEWED
+        assert store.get_command(cmd.command_id).claim_expires_at == cmd.expires_at  # type: ignore[union-attr]
+
     def test_heartbeat_at_expiry_is_lost(self, store: Storage) -> None:
         """A heartbeat at exactly the expiry instant is refused with claim_lost."""
         self.blocked_on_command(store)

@@ -1,0 +1,20 @@
+"""The MySQL / MariaDB adapter passes the whole conformance suite.
+
+Skipped (typed not-reachable, naming the three ways to provide a server) when
+no server answers; failed instead when ``KIT_REQUIRE_BACKENDS`` names mysql.
+"""
+
+from collections.abc import Iterator
+
+import pytest
+
+from kit.conformance import ConformanceSuite
+from kit.contract import Backend
+from kit.pytest_plugin import use_backend
+
+
+class TestMysql(ConformanceSuite):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_backend(cls) -> Iterator[Backend]:
+        yield from use_backend("mysql")
