@@ -75,7 +75,7 @@ class ResultCollector:
             self.collection_errors.append(f"{report.nodeid}: {report.longreprtext[:2000]}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props = dict(report.user_properties)
+        props: dict[str, Any] = dict(report.user_properties)
         check, area = _check_of(report.nodeid, props)
         result: CheckResult | None = None
         wasxfail = getattr(report, "wasxfail", None)

@@ -1,16 +1,21 @@
 """Kill table: every seeded bug against the whole suite (``nox -s mutants``; figures, not tests).
 
     python -m tests.seeded_bugs [BACKEND ...]
+
+Also writes ``$KIT_REPORT_DIR`` (default ``reports``) ``/<timestamp>-mutants/``: one run per bug, so the
+report's matrix shows which contract areas caught (failed on) which bug.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from rich.console import Console
 from rich.table import Table
 
+from kit.report import ReportWriter
 from kit.runner import run_suite
 from tests.seeded_bugs.registry import all_bugs
 
@@ -22,6 +27,9 @@ def main(argv: list[str]) -> int:
     for column in ("backend", "bug", "killed", "failing checks", "expected caught", "seconds"):
         table.add_column(column)
     survivors = 0
+    # a crash leaves the journal (results.jsonl): `kit report FOLDER` renders it, marked incomplete
+    report = ReportWriter.create(os.environ.get("KIT_REPORT_DIR") or "reports",
+                                 "-".join(["mutants", *sorted(wanted)]), kind="mutants")
     for bug in all_bugs():
         if wanted and bug.backend not in wanted:
             continue
@@ -30,11 +38,19 @@ def main(argv: list[str]) -> int:
             backend = bug.make_backend()
         except Exception as exc:  # noqa: BLE001 - an unreachable server is reported, not fatal
             table.add_row(bug.backend, bug.name, "n/a", str(exc)[:60], "", "")
+            report.start_run(backend=bug.backend, label=f"{bug.backend}/{bug.name}", tool="mutants")
+            report.end_run(duration_s=0.0, exit_code=3, unreachable=str(exc))
             continue
+        spec = f"tests.seeded_bugs.registry:{bug.name}"  # what `kit check` / `kit replay --backend` take
+        report.start_run(backend=bug.backend, spec=spec, tool="mutants", label=f"{bug.backend}/{bug.name}",
+                         backend_obj=backend,
+                         extra={"bug": {"name": bug.name, "description": bug.description, "caught_by": bug.caught_by}})
         try:
-            run = run_suite(backend)
+            run = run_suite(backend, on_result=report.add,
+                            extra_args=["--kit-backend", spec, "--kit-seeds-dir", str(report.folder / "seeds")])
         finally:
             backend.close()
+        report.end_suite(run)
         failed = {r.check for r in run.failed}
         expected = [c for c in bug.caught_by if c in failed]
         killed = bool(failed)
@@ -45,6 +61,7 @@ def main(argv: list[str]) -> int:
         )
         console.print(f"{bug.backend}/{bug.name}: {len(failed)} checks failed", highlight=False)
     console.print(table)
+    console.print(f"report: {report.finish() / 'index.html'}", highlight=False)
     return 1 if survivors else 0
 
 

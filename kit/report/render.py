@@ -1,0 +1,29 @@
+"""Render a :class:`~kit.report.model.Report` into its four files, each replaced atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kit.report._atomic import write_atomic
+from kit.report.html import render_html
+from kit.report.junit import render_junit
+from kit.report.markdown import render_summary
+from kit.report.model import HTML, JUNIT, RESULTS, SUMMARY, Report
+
+__all__ = ["render_all"]
+
+
+def render_all(report: Report, folder: Path | str, junit: bool = True) -> Path:
+    """Write results.json, summary.md, junit.xml (unless ``junit`` is false) and index.html into ``folder``.
+
+    Each file is written to a temporary name and renamed, so a reader (or a
+    crash) never sees a half-written file. Returns the path of index.html.
+    """
+    target = Path(folder)
+    write_atomic(target / RESULTS, json.dumps(report.to_json(), indent=1, ensure_ascii=False, default=str) + "\n")
+    write_atomic(target / SUMMARY, render_summary(report))
+    if junit:
+        write_atomic(target / JUNIT, render_junit(report))
+    write_atomic(target / HTML, render_html(report))
+    return target / HTML
