@@ -53,6 +53,20 @@ def mutants(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """Runtime decisions per second per backend with 4 workers (figures, not assertions)."""
+    session.install("-e", ".[postgres,mysql]")
+    session.run("python", "-m", "kit.runtime.bench", *session.posargs)
+
+
+@nox.session
+def stress_bench(session: nox.Session) -> None:
+    """`kit stress` loop vs a plain driver loop (tx/s ratio), and peak memory of a 10x longer run (figures only)."""
+    session.install("-e", ".[postgres,mysql]")
+    session.run("python", "-m", "kit.workload.bench", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("-e", ".[test]", "ruff", "mypy")
     session.run("ruff", "check", "kit", "adapters", "tests")

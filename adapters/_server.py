@@ -67,6 +67,14 @@ class ServerDatabase:
             raise ConfigurationError("this store was not opened by a server backend: it has no session to kill")
         self.backend._with_admin(lambda cur: self.backend._kill(cur, session))
 
+    def reset(self) -> None:
+        """Empty the kit's tables and rewind the test clock, keeping the migrated schema."""
+        store = self.open(clock=ClockMode.TEST)
+        try:
+            store.empty_all_tables()
+        finally:
+            store.close()
+
     def drop(self) -> None:
         self.backend._drop(self.namespace)
 
@@ -74,11 +82,11 @@ class ServerDatabase:
 class ServerBackend:
     """An adapter bound to one discovered server."""
 
-    name: ClassVar[str]
+    name: str
     dialect: ClassVar[Dialect]
     store_class: ClassVar[type[SqlStore]] = SqlStore
     database_class: ClassVar[type[ServerDatabase]] = ServerDatabase
-    capabilities: ClassVar[Capabilities]
+    capabilities: Capabilities
 
     def __init__(self, handle: ServerHandle, container: Any = None) -> None:
         self.handle = handle

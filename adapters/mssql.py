@@ -164,6 +164,12 @@ class MssqlBackend(ServerBackend):
         # SYSUTCDATETIME()'s resolution is documented as host dependent (100 ns values,
         # ~1 ms ticks on some Windows hosts); 1 ms is the bound the kit can promise.
         clock_resolution_us=1000,
+        expected_failures={
+            "keys_and_payloads.trailing_spaces_are_significant": (
+                "SQL Server compares strings with trailing spaces ignored (ANSI padding), even under "
+                "binary collations, so 'k' and 'k ' collide on key columns"
+            ),
+        },
     )
 
     def __init__(self, handle: ServerHandle, container: Any = None) -> None:

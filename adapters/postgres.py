@@ -22,8 +22,8 @@ numbered as in ``DIALECTS.md``):
 * Only deadlock victims (40P01) and serialization failures (40001) are
   :class:`TransientError` (retried): PostgreSQL has rolled those attempts back.
   A lost session (``pg_terminate_backend`` gives ``AdminShutdown``, pitfall 23)
-  is :class:`ConnectionLost`; a lock wait past ``lock_timeout`` is a plain
-  :class:`StorageError` that says so.
+  is :class:`ConnectionLost`; a lock wait past ``lock_timeout`` is a
+  :class:`LockTimeout` (rolled back; safe to retry, but not retried by the store).
 * Lock waits are bounded (``lock_timeout``, ``statement_timeout``): a claimer
   that would block errors out after a few seconds instead of hanging a worker.
 * Each provisioned database is a schema ``kit_<hex>`` carrying a COMMENT that
@@ -74,6 +74,7 @@ from kit.contract.errors import (
     ConnectionLost,
     KitError,
     StorageError,
+    LockTimeout,
     TransientError,
 )
 from kit.discovery import ServerHandle
@@ -146,7 +147,7 @@ class PostgresDialect(Dialect):
                 f"PostgreSQL rolled the attempt back ({detail}); it is safe to retry"
             )
         if state == "55P03":
-            return StorageError(
+            return LockTimeout(
                 f"a lock wait timed out after lock_timeout ({LOCK_TIMEOUT_MS} ms; {detail}): another "
                 "transaction held a lock this operation needed (a row, or the migration lock); the "
                 "operation was rolled back: retry it later, or end the blocking transaction (find it "

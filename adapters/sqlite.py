@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import sqlite3
+import threading
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,8 @@ class SqliteDialect(Dialect):
     def translate(self, error: BaseException) -> KitError | None:
         if isinstance(error, sqlite3.ProgrammingError) and "closed" in str(error):
             return ConnectionLost(f"the SQLite connection is closed ({error})")
+        if isinstance(error, sqlite3.OperationalError) and "interrupted" in str(error):
+            return ConnectionLost(f"the statement was interrupted because the session was ended ({error})")
         if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
             return TransientError(
                 f"SQLite's write lock stayed busy for {BUSY_TIMEOUT_S:.0f} s ({error}); nothing was written"
@@ -77,6 +80,27 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+class _Session:
+    """The kill switch of one store's connection, checked before each of its statements."""
+
+    def __init__(self, statement_hook: StatementHook | None) -> None:
+        self.statement_hook = statement_hook
+        self.store: SqlStore | None = None
+        self.killed = threading.Event()
+
+    def kill(self) -> None:
+        self.killed.set()
+        if self.store is not None:
+            self.store._conn.raw.interrupt()  # thread-safe: aborts a running statement, if any
+
+    def hook(self, statement: str) -> None:
+        if self.statement_hook is not None:
+            self.statement_hook(statement)
+        if self.killed.is_set() and self.store is not None:
+            self.store._conn.raw.close()  # in the connection's own thread: safe; rolls back
+            raise ConnectionLost("the SQLite connection was ended (kill_session): reopen the store")
+
+
 class SqliteDatabase:
     """One SQLite file owned by the kit."""
 
@@ -96,21 +120,40 @@ class SqliteDatabase:
         migrations: Sequence[MigrationSpec] | None = None,
         statement_hook: StatementHook | None = None,
     ) -> SqliteStore:
+        session = _Session(statement_hook)
         store = self.store_class(
             self.dialect,
-            ConnectionFactory(lambda: _connect(self.path), statement_hook),
+            ConnectionFactory(lambda: _connect(self.path), session.hook),
             tenant_id,
             clock,
             load_dialect(self.dialect.migrations) if migrations is None else migrations,
         )
+        session.store = store
+        store.kill_switch = session  # type: ignore[attr-defined]
         if store.clock_mode is ClockMode.TEST:
             store.install_test_clock()
         return store
 
     def kill_session(self, store: Storage) -> None:
-        """SQLite has no server session: closing the connection rolls back its transaction."""
-        assert isinstance(store, SqlStore)
-        store._conn.raw.close()
+        """End the store's "session" as a crash would: its open transaction rolls back.
+
+        SQLite has no server session; the connection is the session. It may be in use
+        by another thread, and closing a connection under a running statement is not
+        safe, so the kill interrupts whatever runs now and the connection is closed by
+        its own thread before its next statement (which then fails as ConnectionLost).
+        """
+        switch = getattr(store, "kill_switch", None)
+        if not isinstance(switch, _Session):
+            raise ConfigurationError("this store was not opened by a SqliteDatabase: it has no session to kill")
+        switch.kill()
+
+    def reset(self) -> None:
+        """Empty the kit's tables and rewind the test clock, keeping the migrated schema."""
+        store = self.open(clock=ClockMode.TEST)
+        try:
+            store.empty_all_tables()
+        finally:
+            store.close()
 
     def drop(self) -> None:
         if self._owned_dir is not None:

@@ -104,4 +104,8 @@ def resolve(spec: str, url: str | None = None) -> Backend:
                 f"{target!r} returned {type(backend).__name__}, which has no {needed!r}: a factory must "
                 "return a kit.contract.Backend"
             )
+    try:
+        backend.kit_spec = spec  # how `kit replay` names this backend again
+    except AttributeError:
+        pass
     return backend  # type: ignore[no-any-return]

@@ -1,9 +1,14 @@
-"""The observable state of a store, built only from the protocol's reads.
+"""The observable state of a store, as the protocol's reads show it.
 
 Two stores that keep the same promises have equal observable states after the
 same steps; that is how the suites prove "changed nothing" and how the fault
 machines compare an adapter with the reference engine. Store-issued ids are
-replaced by natural keys, so stores that number rows differently compare equal.
+replaced by natural keys, so stores that number rows differently compare equal;
+``raw_keys`` keeps the natural keys as listed, so a duplicate is still visible.
+
+A store may offer ``export_state()`` returning exactly this structure in a few
+queries (the SQL adapters and the reference engine do); the conformance suite
+checks that it equals what the individual reads return.
 """
 
 from __future__ import annotations
@@ -11,28 +16,50 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.protocol import Storage, iter_pages
 
-__all__ = ["observable_state", "run_state"]
+__all__ = ["observable_state", "observable_state_from_reads", "run_state", "assemble"]
 
 
-def run_state(store: Storage, run_id: str) -> dict[str, Any] | None:
-    """One run and everything under it, keyed by natural keys."""
-    run = store.get_run(run_id)
-    if run is None:
-        return None
+def assemble(
+    run: Run, history: list[Event], commands: list[Command], signals: list[Signal], timers: list[Timer]
+) -> dict[str, Any]:
+    """One run's state from its parts (each list in creation order)."""
     return {
         "run": asdict(run),
-        "history": [asdict(e) for e in store.get_history(run_id)],
-        "commands": {c.operation_key: _without(asdict(c), "command_id") for c in store.list_commands(run_id)},
-        "signals": {s.dedup_key: _without(asdict(s), "signal_id") for s in store.list_signals(run_id)},
-        "timers": {t.operation_key: _without(asdict(t), "timer_id") for t in store.list_timers(run_id)},
+        "history": [asdict(e) for e in history],
+        "commands": {c.operation_key: _without(asdict(c), "command_id") for c in commands},
+        "signals": {s.dedup_key: _without(asdict(s), "signal_id") for s in signals},
+        "timers": {t.operation_key: _without(asdict(t), "timer_id") for t in timers},
+        "raw_keys": {
+            "commands": [c.operation_key for c in commands],
+            "signals": [s.dedup_key for s in signals],
+            "timers": [t.operation_key for t in timers],
+        },
     }
 
 
-def observable_state(store: Storage) -> dict[str, Any]:
-    """Every run of the store's tenant, in run-id order, with all it owns."""
+def run_state(store: Storage, run_id: str) -> dict[str, Any] | None:
+    """One run and everything under it, through the protocol's reads."""
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    return assemble(run, store.get_history(run_id), store.list_commands(run_id),
+                    store.list_signals(run_id), store.list_timers(run_id))
+
+
+def observable_state_from_reads(store: Storage) -> dict[str, Any]:
+    """Every run of the store's tenant, in run-id order, built from the individual reads."""
     return {run.run_id: run_state(store, run.run_id) for run in iter_pages(store)}
+
+
+def observable_state(store: Storage) -> dict[str, Any]:
+    """Every run of the store's tenant with all it owns (``export_state()`` when the store has it)."""
+    export = getattr(store, "export_state", None)
+    if callable(export):
+        return export()  # type: ignore[no-any-return]
+    return observable_state_from_reads(store)
 
 
 def _without(row: dict[str, Any], key: str) -> dict[str, Any]:

@@ -22,13 +22,21 @@ import pytest
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["use_backend", "required_backends"]
+__all__ = ["use_backend", "required_backends", "machine_settings", "session_seed"]
+
+_SEED: pytest.StashKey[int] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kit", "durable-workflow storage kit")
     group.addoption("--kit-backend", default=None, help="backend name or package.module:factory")
     group.addoption("--kit-url", default=None, help="SQLAlchemy URL of the server to test (never printed with its password)")
+    group.addoption("--kit-profile", default=None, choices=("quick", "thorough", "none"),
+                    help="fault-machine profile (default quick; KIT_PROFILE)")
+    group.addoption("--kit-seed", default=None,
+                    help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
+    group.addoption("--kit-seeds-dir", default=None,
+                    help="where failing scenarios are saved (default scenarios/seeds; KIT_SEEDS_DIR)")
     group.addoption(
         "--kit-require",
         action="store_true",
@@ -75,9 +83,36 @@ def kit_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     yield from use_backend(name, request.config.getoption("kit_url"), request.config.getoption("kit_require"))
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def session_seed(config: pytest.Config) -> int:
+    """The one seed of this session: --kit-seed, else KIT_SEED, else fresh (and printed in the header)."""
+    if _SEED not in config.stash:
+        raw = config.getoption("kit_seed", None) or os.environ.get("KIT_SEED")
+        if raw is None or raw == "random":
+            import secrets
+
+            config.stash[_SEED] = secrets.randbelow(2**31)
+        else:
+            try:
+                config.stash[_SEED] = int(raw)
+            except ValueError:
+                raise pytest.UsageError(f"--kit-seed {raw!r} is not an integer: pass a number such as 1234") from None
+    return config.stash[_SEED]
+
+
+def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int, str, str]:
+    """(profile, seed, seeds folder, backend spec for `kit replay`) of this session."""
+    profile = config.getoption("kit_profile", None) or os.environ.get("KIT_PROFILE") or "quick"
+    seeds = config.getoption("kit_seeds_dir", None) or os.environ.get("KIT_SEEDS_DIR") or "scenarios/seeds"
+    spec = config.getoption("kit_backend", None) or getattr(backend, "kit_spec", None) or getattr(backend, "name", "?")
+    return profile, session_seed(config), seeds, spec
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"kit seed: {session_seed(config)} (replay this session's machines with --kit-seed {session_seed(config)})"]
     name = config.getoption("kit_backend")
-    return f"kit backend: {name}" if name else None
+    if name:
+        lines.append(f"kit backend: {name}")
+    return lines
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -92,10 +127,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if function is None:
             continue
         cid = check_id(cls, function.__name__)
-        guarantee = inspect.getdoc(function) or ""
+        guarantee = " ".join((inspect.getdoc(function) or "").split("\n\n", 1)[0].split())  # first paragraph
         item.extra_keyword_matches.add(cid.split(".", 1)[0])  # `-k claims` selects an area
         item.user_properties.append(("kit_check", cid))
-        item.user_properties.append(("kit_guarantee", guarantee.splitlines()[0] if guarantee else ""))
+        item.user_properties.append(("kit_guarantee", guarantee))
 
 
 @pytest.hookimpl(hookwrapper=True)

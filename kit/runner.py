@@ -48,7 +48,8 @@ class SuiteRun:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.collection_errors and bool(self.results)
+        """Every collected check ran and none failed (an interrupted or broken session is not ok)."""
+        return self.exit_code == 0 and not self.failed and not self.collection_errors and bool(self.results)
 
     def by_check(self) -> dict[str, CheckResult]:
         return {r.nodeid: r for r in self.results}
@@ -70,6 +71,7 @@ def run_suite(
         "-p", "no:cacheprovider",
         "-p", "no:terminal",
         "-p", "no:randomly",
+        "-p", "no:faulthandler",  # nested: never reinstall process-wide signal handlers (wasmtime traps)
         "--import-mode=importlib",
         "-W", "ignore::pytest.PytestRemovedIn10Warning",
     ]

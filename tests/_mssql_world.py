@@ -71,7 +71,7 @@ def script(db: RecordingDatabase, state: SimpleNamespace) -> None:
     db.on(r"FROM kit_signals WHERE tenant_id = \? AND run_id = \? AND dedup_key = \?",
           lambda s, p: Answer([SIGNAL_ROW] if state.signal_exists else []))
     db.on(r"FROM kit_timers", Answer([TIMER_ROW]))
-    db.on(r"^SELECT timer_id, run_id FROM kit_timers", Answer([(7, "run-1")]))
+    db.on(r"^SELECT timer_id, run_id FROM kit_timers", lambda s, p: _due_timer_once(state))
     db.on(r"^SELECT operation_key FROM", Answer([]))
     db.on(r"COALESCE\(MAX\(seq\), 0\)", Answer([(0,)]))
     db.on(r"^SELECT COUNT\(\*\) FROM kit_", lambda s, p: Answer([(len(p) - 2,)]))
@@ -91,10 +91,18 @@ def script(db: RecordingDatabase, state: SimpleNamespace) -> None:
           lambda s, p: Answer([(*command_row(state, 9), NOW - 1), (*command_row(state, 5), NOW - 1)]))
 
 
+def _due_timer_once(state: SimpleNamespace) -> Answer:
+    """One due timer, then none: the firer keeps searching until nothing is due."""
+    rows = [] if state.timer_taken else [(7, "run-1")]
+    state.timer_taken = True
+    return Answer(rows)
+
+
 def fresh_state() -> SimpleNamespace:
     return SimpleNamespace(
         status="running", revision=0, owner="w1", generation=1, expires=NOW + LEASE_US,
         command_status="claimed", applied=[], by_key=[], signal_exists=False, insert_rowcount=1,
+        timer_taken=False,
     )
 
 

@@ -25,6 +25,7 @@ from adapters.mssql import MssqlBackend
 from kit.contract import (
     BackendUnavailable,
     ConnectionLost,
+    LockTimeout,
     StorageError,
     TransientError,
 )
@@ -83,7 +84,7 @@ def _error(state: str, message: str, native: int) -> FakeDriverError:
     [
         (_error("40001", "Transaction (Process ID 57) was deadlocked on lock resources", 1205), TransientError),
         (_error("42000", "Snapshot isolation transaction aborted due to update conflict", 3960), TransientError),
-        (_error("HYT00", "Lock request time out period exceeded.", 1222), StorageError),
+        (_error("HYT00", "Lock request time out period exceeded.", 1222), LockTimeout),
         (_error("08S01", "TCP Provider: Error code 0x68", 10054), ConnectionLost),
         (_error("HY000", "Cannot continue the execution because the session is in the kill state.", 596), ConnectionLost),
         (FakeDriverError("Attempt to use a closed connection."), ConnectionLost),
@@ -115,9 +116,12 @@ def test_deadlock_victim_is_retried_after_rollback(world: tuple[RecordingDatabas
     assert sent.count("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN TRANSACTION") == 2
     assert "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION" in sent
     db.fail_once(r"^UPDATE kit_runs SET claim_expires_at", _error("HYT00", "Lock request time out", 1222))
-    with pytest.raises(StorageError) as info:
+    db.doing("renew-timeout")
+    with pytest.raises(LockTimeout) as info:
         store.renew_run_claim(CLAIM, timedelta(seconds=5))
-    assert not isinstance(info.value, TransientError) and "LOCK_TIMEOUT" in str(info.value)
+    assert "LOCK_TIMEOUT" in str(info.value)
+    begins = [r.sql for r in db.statements("renew-timeout") if "BEGIN TRANSACTION" in r.sql]
+    assert len(begins) == 1, "a lock timeout must not be retried by the store"
 
 
 def test_module_imports_without_pyodbc() -> None:

@@ -22,6 +22,7 @@ from kit.contract import (
     BackendUnavailable,
     ConfigurationError,
     ConnectionLost,
+    LockTimeout,
     StorageError,
     TransientError,
     digest_of,
@@ -47,7 +48,7 @@ def test_only_rolled_back_attempts_are_transient() -> None:
     assert isinstance(dialect.translate(psycopg.errors.DeadlockDetected("x")), TransientError)
     assert isinstance(dialect.translate(psycopg.errors.SerializationFailure("x")), TransientError)
     lock = dialect.translate(psycopg.errors.LockNotAvailable("x"))
-    assert type(lock) is StorageError and "lock wait timed out" in str(lock)
+    assert type(lock) is LockTimeout and "lock wait timed out" in str(lock)
     assert isinstance(dialect.translate(psycopg.errors.AdminShutdown("x")), ConnectionLost)
     assert isinstance(dialect.translate(psycopg.OperationalError("server closed the connection")), ConnectionLost)
     assert dialect.translate(psycopg.errors.UniqueViolation("x")) is None
@@ -227,7 +228,7 @@ def test_a_blocked_lock_wait_errors_after_lock_timeout(database: Any) -> None:
             with pytest.raises(StorageError, match="lock wait timed out") as info, waiter.transaction():
                 waiter.lock_run("r")
             waited = time.monotonic() - started
-        assert not isinstance(info.value, (TransientError, ConnectionLost))
+        assert isinstance(info.value, LockTimeout) and not isinstance(info.value, ConnectionLost)
         assert pg.LOCK_TIMEOUT_MS / 1000 - 0.5 < waited < pg.LOCK_TIMEOUT_MS / 1000 + 5
         assert waiter.get_run("r") is not None  # the waiter's session is still usable
     finally:

@@ -43,7 +43,7 @@ from typing import Any
 
 from adapters._mssql.odbc import error_facts, resolve_driver_errors
 from adapters._sql.dialect import Dialect
-from kit.contract.errors import ConnectionLost, KitError, StorageError, TransientError
+from kit.contract.errors import ConnectionLost, KitError, LockTimeout, StorageError, TransientError
 
 __all__ = [
     "LOCK_TIMEOUT_MS",
@@ -207,7 +207,7 @@ class MssqlDialect(Dialect):
         if facts.codes & RETRYABLE_ERRORS or facts.sqlstate == "40001":
             return TransientError(f"SQL Server rolled the attempt back ({detail}); it is safe to retry")
         if _LOCK_TIMEOUT in facts.codes:
-            return StorageError(
+            return LockTimeout(
                 f"a lock wait exceeded LOCK_TIMEOUT ({LOCK_TIMEOUT_MS} ms; {detail}): another transaction "
                 "held the row too long; XACT_ABORT rolled the operation back; retry it or end the "
                 "blocking session (see sys.dm_exec_requests.blocking_session_id)"

@@ -58,6 +58,7 @@ from kit.contract.errors import (
     InvalidArgument,
     InvalidDecision,
     KitError,
+    LockTimeout,
     NotInTransaction,
     RunAlreadyExists,
     StorageError,
@@ -158,7 +159,7 @@ class SqlStore:
         uow = _UnitOfWork()
         self._uow, self._rollback_only = uow, False
         try:
-            cur.execute(begin)
+            self.dialect.begin(cur, begin)
         except self.dialect.driver_errors as exc:
             self._uow = None
             self._quiet_rollback()
@@ -198,6 +199,8 @@ class SqlStore:
             try:
                 with self._tx(self.dialect.begin_write) as cur:
                     return fn(cur)
+            except LockTimeout:
+                raise  # the wait budget is spent: retrying would multiply it
             except TransientError:
                 if self._depth or attempt == _RETRIES - 1:
                     raise
@@ -337,6 +340,20 @@ class SqlStore:
             self.dialect.insert_if_absent(cur, "kit_test_clock", ("id", "now_us"), (1, to_micros(TEST_CLOCK_START)))
 
         self._write(install)
+
+    def empty_all_tables(self) -> None:
+        """Delete every row of every tenant from the kit's tables (schema kept) and rewind the test clock.
+
+        For reusing one kit-owned database between test cases; never call it on data you keep.
+        """
+        self._require_test_clock()
+
+        def empty(cur: Any) -> None:
+            for table in reversed(CORE_TABLES):
+                cur.execute(f"DELETE FROM {table}")
+            self._exec(cur, "UPDATE kit_test_clock SET now_us = ? WHERE id = 1", (to_micros(TEST_CLOCK_START),))
+
+        self._write(empty)
 
     def set_test_clock(self, at: datetime) -> None:
         self._require_test_clock()
@@ -502,6 +519,30 @@ class SqlStore:
         return self._read(
             lambda cur: [R.to_event(r) for r in self._exec(cur, sql, (self.tenant_id, run_id, after_seq)).fetchall()]
         )
+
+    def export_state(self) -> dict[str, Any]:
+        """The tenant's whole observable state (see kit.inspect) in one snapshot of five queries."""
+        from kit.inspect import assemble
+
+        def export(cur: Any) -> dict[str, Any]:
+            t = (self.tenant_id,)
+            runs = [R.to_run(r) for r in self._exec(
+                cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? ORDER BY run_id", t).fetchall()]
+            parts: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {r.run_id: ([], [], [], []) for r in runs}
+            queries = (
+                (0, f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ? ORDER BY run_id, seq", R.to_event),
+                (1, f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands WHERE tenant_id = ? ORDER BY command_id", R.to_command),
+                (2, f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals WHERE tenant_id = ? ORDER BY signal_id", R.to_signal),
+                (3, f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ? ORDER BY timer_id", R.to_timer),
+            )
+            for slot, sql, convert in queries:
+                for row in self._exec(cur, sql, t).fetchall():
+                    item = convert(row)
+                    if item.run_id in parts:
+                        parts[item.run_id][slot].append(item)
+            return {r.run_id: assemble(r, *parts[r.run_id]) for r in runs}
+
+        return self._read(export)
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
         if reason is not None and not isinstance(reason, str):
@@ -1108,29 +1149,38 @@ class SqlStore:
 
         def fire(cur: Any) -> list[Timer]:
             now = self._now_us(cur)
-            due = self._exec(
-                cur,
-                self.dialect.limit(
-                    "SELECT timer_id, run_id FROM kit_timers WHERE tenant_id = ? AND status = 'scheduled' "
-                    "AND fire_at <= ? ORDER BY fire_at, timer_id",
-                    limit,
-                ),
-                (self.tenant_id, now),
-            ).fetchall()
-            fired = []
-            for timer_id, run_id in due:
-                run = self._locked_run(cur, run_id)  # the run first: the one lock order
-                changed = self._exec(
+            fired: list[int] = []
+            lost: list[int] = []
+            while len(fired) < limit:
+                # Candidates are read without locks; one lost to a concurrent firer is skipped
+                # and the search goes on, so a firer returns fewer than `limit` only when
+                # fewer timers are due.
+                skip = f" AND timer_id NOT IN {self._in(lost)}" if lost else ""
+                due = self._exec(
                     cur,
-                    "UPDATE kit_timers SET status = 'fired' WHERE tenant_id = ? AND timer_id = ? "
-                    "AND status = 'scheduled' AND fire_at <= ?",
-                    (self.tenant_id, timer_id, now),
-                ).rowcount
-                if changed != 1:
-                    continue  # a concurrent firer (or a terminal commit) got there first
-                if run is not None:
-                    self._make_runnable(cur, run, now)
-                fired.append(int(timer_id))
+                    self.dialect.limit(
+                        "SELECT timer_id, run_id FROM kit_timers WHERE tenant_id = ? AND status = 'scheduled' "
+                        f"AND fire_at <= ?{skip} ORDER BY fire_at, timer_id",
+                        limit - len(fired),
+                    ),
+                    (self.tenant_id, now, *lost),
+                ).fetchall()
+                if not due:
+                    break
+                for timer_id, run_id in due:
+                    run = self._locked_run(cur, run_id)  # the run first: the one lock order
+                    changed = self._exec(
+                        cur,
+                        "UPDATE kit_timers SET status = 'fired' WHERE tenant_id = ? AND timer_id = ? "
+                        "AND status = 'scheduled' AND fire_at <= ?",
+                        (self.tenant_id, timer_id, now),
+                    ).rowcount
+                    if changed != 1:
+                        lost.append(int(timer_id))  # a concurrent firer (or a terminal commit) got there first
+                        continue
+                    if run is not None:
+                        self._make_runnable(cur, run, now)
+                    fired.append(int(timer_id))
             if not fired:
                 return []
             rows = self._exec(

@@ -24,6 +24,7 @@ from kit.conformance.commands import CommandChecks
 from kit.conformance.commit import CommitChecks
 from kit.conformance.definitions import DefinitionChecks
 from kit.conformance.keys_and_payloads import KeyAndPayloadChecks
+from kit.conformance.machines import MachineChecks
 from kit.conformance.runs import RunChecks
 from kit.conformance.schema import SchemaChecks
 from kit.conformance.signals import SignalChecks
@@ -43,6 +44,7 @@ __all__ = [
     "ConformanceSuite",
     "DefinitionChecks",
     "KeyAndPayloadChecks",
+    "MachineChecks",
     "RunChecks",
     "SchemaChecks",
     "SignalChecks",
@@ -68,6 +70,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     TenancyChecks,
     UnitOfWorkChecks,
     KeyAndPayloadChecks,
+    MachineChecks,
 )
 
 

@@ -26,6 +26,13 @@ __all__ = ["KeyAndPayloadChecks", "JSON_SAMPLES", "CONFUSABLE_KEYS"]
 #: Four keys that collide under case-, accent- or normalisation-insensitive comparison.
 CONFUSABLE_KEYS = ("Key", "key", "\u00e9", "e\u0301")
 
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for i in range(depth):
+        value = [value] if i % 2 else {"d": value}
+    return value
+
+
 JSON_SAMPLES: dict[str, Any] = {
     "null": None,
     "true": True,
@@ -45,6 +52,7 @@ JSON_SAMPLES: dict[str, Any] = {
     "escapes": "quote \" backslash \\ newline \n tab \t slash / control \u0001",
     "nested": {"a": [1, {"b": [[], {}, None, {"c": [True, False]}]}], "z": {"y": {"x": {"w": "deep"}}}},
     "deep": {"k": [[[[[[[[[[[[[[[[[[[[["bottom"]]]]]]]]]]]]]]]]]]]]]},
+    "deep_64": _nested(64),
     "keys_like_numbers": {"1": "one", "01": "zero-one", "": "empty key"},
     "large": {"blob": "x" * 300_000, "list": list(range(2000))},
 }
@@ -85,6 +93,18 @@ class KeyAndPayloadChecks(AreaChecks):
         assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
         assert [c.operation_key for c in store.list_commands("run-1")] == list(CONFUSABLE_KEYS)
         assert [t.operation_key for t in store.list_timers("run-1")] == list(CONFUSABLE_KEYS)
+
+    def test_trailing_spaces_are_significant(self, store: Storage) -> None:
+        """Keys differing only by trailing or leading spaces are different keys (no PAD SPACE comparison)."""
+        self.blocked(store, "run-1")
+        keys = ["s", "s ", "s  "]
+        assert all(store.send_signal("run-1", "go", {"k": k}, k).created for k in keys)
+        assert [s.dedup_key for s in store.list_signals("run-1")] == keys
+        ref = self.define(store)
+        ids = ["k", "k ", "k  ", " k"]
+        assert all(store.start_run(run_id, ref, {"id": run_id}).created for run_id in ids)
+        assert [r.run_id for r in store.list_runs() if r.run_id != "run-1"] == sorted(ids)
+        assert all(store.get_run(run_id).input == {"id": run_id} for run_id in ids)  # type: ignore[union-attr]
 
     def test_long_keys_differing_at_the_end_stay_distinct(self, store: Storage) -> None:
         """Maximum-length keys that differ only in their last character are never truncated together."""

@@ -22,6 +22,7 @@ from kit.contract import (
 )
 from kit.contract.outcomes import Outcome
 from kit.conformance._harness import AreaChecks, Threads, requires
+from kit.inspect import observable_state_from_reads
 
 __all__ = ["RunChecks"]
 
@@ -122,6 +123,19 @@ class RunChecks(AreaChecks):
         assert store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=events)) is Outcome.COMMITTED
         assert [e.seq for e in store.get_history("run-1", after_seq=2, limit=2)] == [3, 4]
         assert [e.payload["i"] for e in store.get_history("run-1")] == [0, 1, 2, 3, 4]
+
+    def test_export_state_matches_reads(self, store: Storage) -> None:
+        """A store's optional export_state() shows exactly what its individual reads show."""
+        if not callable(getattr(store, "export_state", None)):
+            pytest.skip("unsupported: the store has no export_state() (optional; the reads are used instead)")
+        self.blocked_on_command(store, "a")
+        self.blocked_on_timer(store, "b")
+        self.completed(store, "c")
+        self.start(store, "d", definition=self.define(store))
+        store.send_signal("a", "go", {"x": 1}, "s1")
+        exported = store.export_state()  # type: ignore[attr-defined]
+        assert exported == observable_state_from_reads(store)
+        assert list(exported) == ["a", "b", "c", "d"]
 
     def test_cancel_request_marks_and_wakes_blocked_run(self, store: Storage) -> None:
         """request_cancel() sets cancel_requested and makes a blocked run runnable."""

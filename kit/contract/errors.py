@@ -14,6 +14,7 @@ __all__ = [
     "StorageError",
     "ConnectionLost",
     "TransientError",
+    "LockTimeout",
     "SchemaError",
     "InvalidArgument",
     "InvalidDecision",
@@ -54,6 +55,14 @@ class ConnectionLost(StorageError):
 
 class TransientError(StorageError):
     """A deadlock victim or serialization failure; the attempt was rolled back and may be retried."""
+
+
+class LockTimeout(TransientError):
+    """A lock wait ran past the store's bound; the attempt was rolled back in full.
+
+    Retrying is safe, but the store does not retry it itself: the wait budget is
+    already spent and the holder (often a stuck or paused worker) may keep its lock.
+    """
 
 
 class SchemaError(StorageError):

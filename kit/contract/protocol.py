@@ -195,6 +195,10 @@ class Database(Protocol):
 
     def drop(self) -> None: ...
 
+    # Optional: ``reset()`` empties the kit's tables and rewinds the test clock while
+    # keeping the migrated schema, so one database can serve many generated test cases.
+    # Callers fall back to provision()/drop() when a database does not have it.
+
 
 class Backend(Protocol):
     """An adapter bound to where its databases live."""

@@ -1,9 +1,16 @@
-"""Fault injection: faults raised through the connection seam, deterministically.
+"""Fault injection through the connection seam, deterministically.
 
-A :class:`StatementFaults` is a statement hook (see :mod:`kit.connections`):
-armed with ``fail_at(k)``, it lets ``k - 1`` statements through and fails the
-k-th with :class:`InjectedFault`. Counting statements, not seconds, is what
-makes every injected fault reproducible.
+A :class:`StatementFaults` is a statement hook (see :mod:`kit.connections`).
+It can also pause a worker: ``park_commit`` holds its next COMMIT until another
+worker, armed with ``notify_at(k)``, reaches its k-th statement; that is how a
+step interleaves two transactions at a named point instead of by timing luck.
+Armed with ``fail_at(k)`` it lets ``k - 1`` statements through and, at the
+k-th, raises :class:`InjectedFault` (the statement never runs) or runs an
+action instead (for example: kill this store's server session, so the
+statement fails as it would after a crash). Armed with ``lose_ack()`` it lets
+the next commit happen and then raises :class:`LostAcknowledgement`: the write
+is durable, the client saw an error. Counting statements, not seconds, is
+what makes every injected fault reproducible.
 """
 
 from __future__ import annotations
@@ -11,23 +18,31 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from kit.connections import COMMITTED_POINT
+from kit.connections import COMMIT_POINT, COMMITTED_POINT
 from kit.contract.errors import StorageError
 
-__all__ = ["InjectedFault", "StatementFaults"]
+__all__ = ["InjectedFault", "LostAcknowledgement", "StatementFaults"]
 
 
 class InjectedFault(StorageError):
     """A fault the kit injected on purpose; the statement it names never ran."""
 
 
+class LostAcknowledgement(InjectedFault):
+    """The transaction committed, but the kit made the client see an error."""
+
+
 class StatementFaults:
-    """A statement hook that fails the k-th statement after arming, and counts."""
+    """A statement hook that fails the k-th statement after arming, or loses the next commit's ack."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fail_at: int | None = None
         self._action: Callable[[str], None] | None = None
+        self._lose_ack = False
+        self._park: tuple[threading.Event, float, threading.Event | None] | None = None
+        self._notify: tuple[int, threading.Event] | None = None
+        self._counted = 0
         self.seen: list[str] = []
         self.fired: str | None = None
 
@@ -39,14 +54,57 @@ class StatementFaults:
             self._fail_at = k
             self._action = action
 
+    def lose_ack(self) -> None:
+        """Let the next commit land, then raise :class:`LostAcknowledgement`."""
+        with self._lock:
+            self.fired = None
+            self._lose_ack = True
+
+    def park_commit(self, until: threading.Event, timeout: float, parked: threading.Event | None = None) -> None:
+        """Hold the next COMMIT until ``until`` is set (or ``timeout`` seconds pass): a paused worker.
+
+        ``parked`` is set the moment the worker arrives at that COMMIT.
+        """
+        with self._lock:
+            self._park = (until, timeout, parked)
+
+    def notify_at(self, k: int, event: threading.Event) -> None:
+        """Set ``event`` just before the k-th statement from now runs."""
+        with self._lock:
+            self._counted = 0
+            self._notify = (k, event)
+
     def disarm(self) -> None:
         with self._lock:
             self._fail_at = None
             self._action = None
+            self._lose_ack = False
+            self._park = None
+            if self._notify is not None:
+                self._notify[1].set()  # never leave a parked peer waiting
+            self._notify = None
 
     def __call__(self, statement: str) -> None:
         if statement == COMMITTED_POINT:
-            return  # after the commit: failing there is a lost acknowledgement, not a failed statement
+            with self._lock:
+                if not self._lose_ack:
+                    return
+                self._lose_ack = False
+                self.fired = statement
+            raise LostAcknowledgement("injected lost acknowledgement: the commit landed, the client saw an error")
+        with self._lock:
+            park = self._park if statement == COMMIT_POINT else None
+            if park is not None:
+                self._park = None
+            if self._notify is not None:
+                self._counted += 1
+                if self._counted >= self._notify[0]:
+                    self._notify[1].set()
+                    self._notify = None
+        if park is not None:
+            if park[2] is not None:
+                park[2].set()
+            park[0].wait(park[1])
         with self._lock:
             if self._fail_at is None:
                 return

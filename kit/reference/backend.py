@@ -46,6 +46,12 @@ class MemoryDatabase:
     def kill_session(self, store: Storage) -> None:
         raise NotImplementedError("the memory backend does not declare kill_session")
 
+    def reset(self) -> None:
+        """Empty every table and rewind the test clock, keeping the applied migrations."""
+        applied = self.state.tables.applied
+        self.state = SharedState()
+        self.state.tables.applied = applied
+
     def drop(self) -> None:
         self.state = SharedState()
 

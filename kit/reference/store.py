@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from kit.clock import ManualClock, ensure_utc, from_micros, system_now, to_micros
 from kit.connections import COMMIT_POINT, COMMITTED_POINT
@@ -302,6 +303,20 @@ class MemoryStore:
         with self._read() as t:
             events = [e for e in t.history.get((self.tenant_id, run_id), ()) if e.seq > after_seq]
         return events if limit is None else events[: v.check_limit(limit)]
+
+    def export_state(self) -> dict[str, Any]:
+        """The tenant's whole observable state (see kit.inspect), from one consistent state."""
+        from kit.inspect import assemble
+
+        with self._read() as t:
+            runs = sorted((r for r in t.runs.values() if r.tenant_id == self.tenant_id), key=lambda r: r.run_id)
+            return {
+                r.run_id: assemble(
+                    r, list(t.history.get((self.tenant_id, r.run_id), ())), self._commands_of(t, r.run_id),
+                    self._signals_of(t, r.run_id), self._timers_of(t, r.run_id),
+                )
+                for r in runs
+            }
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
         if reason is not None and not isinstance(reason, str):

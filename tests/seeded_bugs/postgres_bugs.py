@@ -115,6 +115,16 @@ class NoReselectAfterOnConflict(PostgresStore):
         return self._write(ensure)
 
 
+# -- only interleavings show these ---------------------------------------------
+TimerFiredTwice = rewrite_sql(
+    PostgresStore,
+    {"SET status = 'fired' WHERE tenant_id = ? AND timer_id = ? AND status = 'scheduled' AND fire_at <= ?":
+     "SET status = 'fired' WHERE tenant_id = ? AND timer_id = ? AND fire_at <= ?"},
+    "TimerFiredTwice",
+)
+"""The firing UPDATE forgets ``status = 'scheduled'``: two concurrent firers both fire one timer."""
+
+
 POSTGRES_BUGS: tuple[SeededBug, ...] = (
     SeededBug("no_skip_locked", "claims lock FOR UPDATE without SKIP LOCKED, so claimers wait for each other",
               _backend(dialect=NoSkipLocked()),
@@ -131,4 +141,6 @@ POSTGRES_BUGS: tuple[SeededBug, ...] = (
               _backend(NoReselectAfterOnConflict),
               ("definitions.racing_first_calls_store_one_row", "definitions.ensure_never_overwrites"),
               "definitions", backend="postgres"),
+    SeededBug("timer_fired_twice", "two concurrent firers both fire the same timer", _backend(TimerFiredTwice),
+              ("timers.concurrent_firers_fire_each_timer_once",), "timers", backend="postgres"),
 )

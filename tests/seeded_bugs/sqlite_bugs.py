@@ -105,6 +105,41 @@ class StaleCompletionAccepted(SqliteStore):
         return command.status.value == "claimed"
 
 
+class CompletionAfterExpiryAccepted(SqliteStore):
+    """A completion is fenced by owner and generation but not by the lease: late completions land."""
+
+    def command_fenced(self, command: Command, claim: CommandClaim, now: int) -> bool:
+        return (
+            command.status.value == "claimed"
+            and command.claim_owner == claim.worker_id
+            and command.claim_generation == claim.generation
+        )
+
+
+class CompletionRetryAppliedTwice(SqliteStore):
+    """A completion retried by its own claim (after a lost acknowledgement) is applied again.
+
+    The store keeps the lease on completion and treats "completed by this very claim"
+    as still fenced, so the retry overwrites the result and wakes the run a second time.
+    """
+
+    def _fenced_command(self, cur: Any, claim: CommandClaim) -> Any:
+        run, command, now, refused = super()._fenced_command(cur, claim)
+        if (
+            refused is Outcome.TERMINAL and command is not None and command.status.value == "completed"
+            and command.claim_owner == claim.worker_id and command.claim_generation == claim.generation
+        ):
+            return run, command, now, None
+        return run, command, now, refused
+
+
+CompletionRetryAppliedTwice = rewrite_sql(
+    CompletionRetryAppliedTwice,
+    {"SET status = 'completed', result = ?, claim_expires_at = NULL": "SET status = 'completed', result = ?, claim_expires_at = claim_expires_at"},
+    "CompletionRetryAppliedTwice",
+)
+
+
 # -- atomicity and transactions ---------------------------------------------
 class CommitSplitOverTwoTransactions(SqliteStore):
     """The decision commit commits its events before writing the rest."""
@@ -259,6 +294,11 @@ SQLITE_BUGS: tuple[SeededBug, ...] = (
               ("runs.pagination_is_stable",), "runs"),
     SeededBug("claim_ignores_tenant", "claims see every tenant's runs", _backend(ClaimIgnoresTenant),
               ("tenancy.other_tenants_runs_are_unclaimable",), "tenancy"),
+    SeededBug("completion_after_expiry_accepted", "a completion after its lease expired lands if nobody reclaimed",
+              _backend(CompletionAfterExpiryAccepted), ("commands.completion_after_expiry_is_refused",), "commands"),
+    SeededBug("completion_retry_applied_twice", "a completion retried after a lost ack is applied again",
+              _backend(CompletionRetryAppliedTwice),
+              ("commands.second_completion_is_terminal_and_keeps_first_result",), "commands"),
     SeededBug("verify_ignores_checksums", "verify_schema never compares checksums", _backend(VerifyIgnoresChecksums),
               ("schema.verify_fails_closed_on_tampered_migration",), "schema"),
 )

@@ -1,0 +1,46 @@
+"""``kit replay FILE``: re-run a saved failure step by step, narrated."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.markup import escape
+
+NAME = "replay"
+HELP = "replay a saved scenario bundle step by step (exit 1 if the divergence reproduces)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="a scenario bundle saved by kit (scenarios/seeds/*.json)")
+    parser.add_argument("--backend", help="replay on this backend instead of the one that recorded it")
+    parser.add_argument("--url", help="SQLAlchemy URL of the server (else KIT_<BACKEND>_URL, else discovery)")
+
+
+def run(console: Console, args: argparse.Namespace) -> int:
+    from kit.backends import resolve
+    from kit.machines.bundle import load_bundle, replay
+
+    bundle = load_bundle(args.bundle)
+    spec = args.backend or bundle["backend"]
+    backend = resolve(spec, args.url)
+    console.print(
+        f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded on "
+        f"{escape(str(bundle['backend']))} (seed {bundle.get('seed')}), now on {escape(spec)} "
+        f"({escape(backend.describe())})",
+        soft_wrap=True,
+    )
+    recorded = bundle.get("divergence") or {}
+    if recorded:
+        console.print(f"recorded divergence at step {recorded.get('step')}: {escape(str(recorded.get('message')))}", soft_wrap=True)
+    try:
+        result = replay(bundle, backend, narrate=lambda line: console.print(escape(line), soft_wrap=True))
+    finally:
+        backend.close()
+    if result.reproduced:
+        same = recorded and result.divergence and result.divergence.get("step") == recorded.get("step") \
+            and result.divergence.get("kind") == recorded.get("kind")
+        console.print("[bold red]reproduced[/]" + (" the recorded divergence" if same else " a divergence"))
+        return 1
+    console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
+    return 0

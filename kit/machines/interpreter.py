@@ -1,0 +1,628 @@
+"""The one interpreter: apply each step to the adapter and to the reference engine, compare.
+
+A step is a plain JSON record (see :mod:`kit.machines.steps`). After each step
+the interpreter compares the two results, then each tenant's whole observable
+state, then checks CONTRACT.md section 6 on the adapter's state; the first
+difference raises :class:`Divergence`. Interleavings come from steps: a
+paused transaction is a context held open across a step, a crash is a
+session killed at a counted statement, a race runs on real threads and must
+be explained by some sequential order of the same operations on the
+reference engine (a linearizability check).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kit.contract import (
+    Backend,
+    Capability,
+    ClockMode,
+    DefinitionRef,
+    KitError,
+    Outcome,
+    RunStatus,
+    Snapshot,
+    StorageError,
+    TransactionRolledBack,
+)
+from kit.inspect import observable_state
+from kit.contract.protocol import iter_pages
+from kit.machines.invariants import violations
+from kit.machines.normalize import normalize
+from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
+from kit.machines.steps import describe
+from kit.reference import MemoryBackend
+
+__all__ = ["Divergence", "Interpreter", "StepRecord"]
+
+RACE_TIMEOUT_S = 60.0
+PARK_S = 0.2
+"""How long a parked commit waits for a peer that is itself blocked (only costs time)."""
+
+
+class Divergence(AssertionError):
+    """The adapter and the reference engine disagree, or an invariant broke."""
+
+    def __init__(self, index: int, step: dict[str, Any], kind: str, message: str,
+                 adapter: Any = None, reference: Any = None) -> None:
+        super().__init__(f"step {index} ({describe(step)}): {message}")
+        self.index, self.step, self.kind, self.message = index, step, kind, message
+        self.adapter, self.reference = adapter, reference
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.index, "kind": self.kind, "message": self.message,
+                "adapter": self.adapter, "reference": self.reference}
+
+
+@dataclass
+class StepRecord:
+    index: int
+    step: dict[str, Any]
+    outcome: Any
+
+    def narration(self) -> str:
+        return f"{self.index:3d}. {describe(self.step)} -> {_short(self.outcome)}"
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    import json
+
+    text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class _Run:
+    """What one side returned for a step (already normalised) and the raw results."""
+
+    outcome: Any
+    raw: Any = None
+    after: Callable[[], None] | None = None
+
+
+@dataclass
+class Interpreter:
+    """Steps on ``backend`` (in ``database`` if given: the caller then owns and drops it)."""
+
+    backend: Backend
+    narrate: Callable[[str], None] | None = None
+    database: Any = None
+    records: list[StepRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.capabilities = self.backend.capabilities
+        self._owns_database = self.database is None
+        self.adapter = Side("adapter", self.database if self.database is not None else self.backend.provision())
+        self._ref_db = MemoryBackend().provision()
+        self.reference = Side("reference", self._ref_db)
+        self._before: dict[str, Any] | None = None
+        self._commits: dict[tuple[str, str], int] = {}
+        self._acked: set[tuple[str, str, str]] = set()
+        self._definitions: set[str] = set()
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return [r.step for r in self.records]
+
+    def close(self) -> None:
+        for side in (self.adapter, self.reference):
+            side.close()
+        if self._owns_database:
+            self.adapter.database.drop()
+
+    # ==================================================================
+    # applying a step
+    # ==================================================================
+    def apply(self, step: dict[str, Any]) -> StepRecord:
+        index = len(self.records)
+        record = StepRecord(index, step, None)
+        self.records.append(record)
+        handler = getattr(self, f"_do_{step['op']}", None)
+        if handler is None:
+            raise ValueError(f"unknown step op {step['op']!r}: see kit.machines.steps")
+        adapter_out, reference_out = handler(index, step)
+        record.outcome = adapter_out
+        if self.narrate is not None:
+            self.narrate(record.narration())
+        if adapter_out != reference_out:
+            raise Divergence(index, step, "outcome",
+                             f"the adapter answered {_short(adapter_out)}, the reference {_short(reference_out)}",
+                             adapter_out, reference_out)
+        self._compare_state(index, step)
+        return record
+
+    # -- running one operation on both sides ---------------------------------
+    def _call(self, side: Side, fn: Callable[[Side], Any], index: int, step: dict[str, Any]) -> Any:
+        try:
+            return fn(side)
+        except KitError as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - reported as a divergence with its type
+            if side is self.reference:
+                raise
+            raise Divergence(index, step, "error", f"the adapter raised {type(exc).__name__}: {exc}") from exc
+
+    def _both(self, index: int, step: dict[str, Any], fn: Callable[[Side], Any],
+              remember: Callable[[Side, Any], None] | None = None) -> tuple[Any, Any]:
+        results = []
+        for side in (self.adapter, self.reference):
+            raw = self._call(side, fn, index, step)
+            if remember is not None and not isinstance(raw, BaseException):
+                remember(side, raw)
+            results.append(normalize(raw))
+        self._count(step, results[1])
+        return results[0], results[1]
+
+    def _count(self, step: dict[str, Any], reference_outcome: Any) -> None:
+        """Track acknowledged writes and committed decisions (from the reference's verdict)."""
+        op, worker = step["op"], step.get("worker", CLOCK_WORKER)
+        tenant = self.reference.workers[worker].tenant if worker in self.reference.workers else ""
+        if op == "commit" and reference_outcome == Outcome.COMMITTED.value:
+            key = (tenant, step["run"])
+            self._commits[key] = self._commits.get(key, 0) + 1
+        if op == "start" and isinstance(reference_outcome, dict) and reference_outcome.get("created"):
+            self._acked.add((tenant, "run", reference_outcome["run"]))
+        if op == "signal" and isinstance(reference_outcome, dict) and reference_outcome.get("outcome") == "committed":
+            self._acked.add((tenant, "signal", f"{step['run']}\x1f{step['key']}"))
+
+    # -- the operations -------------------------------------------------------
+    def _operation(self, step: dict[str, Any]) -> tuple[Callable[[Side], Any], Callable[[Side, Any], None] | None]:
+        """The store call a step stands for, and what the worker remembers of its result."""
+        op, w = step["op"], step.get("worker", CLOCK_WORKER)
+        source = step.get("claim_of", w)  # duplicate delivery: another connection sends the same claim
+        which = step.get("claim", "latest")
+        lease = timedelta(seconds=step.get("lease_s", 30))
+
+        def needs_claim(fn: Callable[[Side, Any], Any]) -> Callable[[Side], Any]:
+            def call(side: Side) -> Any:
+                claim = side.run_claim(source, step["run"], which)
+                return "no claim held" if claim is None else fn(side, claim)
+            return call
+
+        def needs_command(fn: Callable[[Side, Any], Any]) -> Callable[[Side], Any]:
+            def call(side: Side) -> Any:
+                claim = side.command_claim(source, step["run"], step["key"], which)
+                return "no claim held" if claim is None else fn(side, claim)
+            return call
+
+        if op == "define":
+            body = body_of(step["body"])
+            return (lambda s: s.store(w).ensure_definition(step["name"], "1", Side.definition_digest(step["body"]), body)), None
+        if op == "start":
+            ref = DefinitionRef(step.get("def", "wf"), "1", Side.definition_digest(step.get("body", "v1")))
+            return (lambda s: s.store(w).start_run(step["run"], ref, step.get("input"), step.get("idem"))), None
+        if op == "signal":
+            return (lambda s: s.store(w).send_signal(step["run"], step.get("name", "sig"), step.get("payload"), step["key"])), None
+        if op == "cancel":
+            return (lambda s: s.store(w).request_cancel(step["run"], step.get("reason"))), None
+        if op == "claim_runs":
+            return ((lambda s: s.store(w).claim_runs(w, lease, step.get("limit", 1))),
+                    lambda s, claims: s.remember_run_claims(w, claims))
+        if op == "renew":
+            return needs_claim(lambda s, c: s.store(w).renew_run_claim(c, lease)), None
+        if op == "release":
+            return needs_claim(lambda s, c: s.store(w).release_run_claim(c)), None
+        if op == "load":
+            def remember_snapshot(s: Side, result: Any) -> None:
+                if isinstance(result, Snapshot):
+                    s.workers[w].snapshots[step["run"]] = result
+            return needs_claim(lambda s, c: s.store(w).load_claimed(c)), remember_snapshot
+        if op == "commit":
+            def commit(s: Side, c: Any) -> Any:
+                offset = {"claim": 0, "stale": -1, "ahead": 1}[step.get("revision", "claim")]
+                return s.store(w).commit_decision(c, c.revision + offset, s.decision(w, step["run"], step["decision"]))
+            return needs_claim(commit), None
+        if op == "claim_commands":
+            return ((lambda s: s.store(w).claim_commands(w, lease, step.get("limit", 1), step.get("queues"))),
+                    lambda s, claims: s.remember_command_claims(w, claims))
+        if op == "heartbeat":
+            return needs_command(lambda s, c: s.store(w).heartbeat_command(c, lease)), None
+        if op == "complete":
+            return needs_command(lambda s, c: s.store(w).complete_command(c, step.get("result"))), None
+        if op == "fail":
+            retry = ms(step["retry_after_ms"]) if step.get("retry_after_ms") is not None else None
+            return needs_command(lambda s, c: s.store(w).fail_command(c, step.get("error"), retry, step.get("retryable", True))), None
+        if op == "fire_timers":
+            return (lambda s: s.store(w).fire_due_timers(step.get("limit", 10))), None
+        if op == "list_page":
+            return (lambda s: [r.run_id for r in s.store(w).list_runs(after=step.get("after"), limit=step.get("limit", 2))]), None
+        raise ValueError(f"step op {op!r} is not a single store operation")
+
+    def _single(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        if step["op"] == "define":
+            self._definitions.add(step["name"])
+        fn, remember = self._operation(step)
+        return self._both(index, step, fn, remember)
+
+    _do_define = _do_start = _do_signal = _do_cancel = _single
+    _do_claim_runs = _do_renew = _do_release = _do_load = _do_commit = _single
+    _do_claim_commands = _do_heartbeat = _do_complete = _do_fail = _do_fire_timers = _do_list_page = _single
+
+    # -- time ---------------------------------------------------------------
+    def _do_advance(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        delta = timedelta(microseconds=int(step["us"]))
+        return self._both(index, step, lambda s: s.store(CLOCK_WORKER).advance_test_clock(delta).isoformat())
+
+    def _do_advance_to(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """Land exactly on (or one microsecond around) a lease expiry, timer or wake time."""
+        now = self.reference.store(CLOCK_WORKER).now()
+        targets = sorted(t for t in self._deadlines(step["target"], step.get("run"))
+                         if t + timedelta(microseconds=step.get("offset_us", 0)) > now)
+        if not targets:
+            return "no such deadline ahead", "no such deadline ahead"
+        at = targets[step.get("which", 0) % len(targets)] + timedelta(microseconds=step.get("offset_us", 0))
+
+        def set_clock(side: Side) -> str:
+            side.store(CLOCK_WORKER).set_test_clock(at)
+            return at.isoformat()
+
+        return self._both(index, step, set_clock)
+
+    def _deadlines(self, target: str, only_run: str | None = None) -> list[datetime]:
+        found: list[datetime] = []
+        for worker in self.reference.tenants().values():
+            store = _observer(self.reference, worker)
+            for run in iter_pages(store):
+                if only_run is not None and run.run_id != only_run:
+                    continue
+                if target == "lease" and run.status is RunStatus.RUNNING and run.claim_expires_at:
+                    found.append(run.claim_expires_at)
+                if target == "wake" and run.wake_at is not None and not run.status.terminal:
+                    found.append(run.wake_at)
+                if target == "timer":
+                    found.extend(t.fire_at for t in store.list_timers(run.run_id) if t.status.value == "scheduled")
+                if target == "command":
+                    for c in store.list_commands(run.run_id):
+                        if c.status.value == "claimed" and c.claim_expires_at:
+                            found.append(c.claim_expires_at)
+                        elif c.status.value == "pending":
+                            found.append(c.not_before)
+        return found
+
+    # -- faults -------------------------------------------------------------
+    def _do_crash(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        for side in (self.adapter, self.reference):
+            side.crash(step["worker"])
+        return "crashed", "crashed"
+
+    def _do_skew(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        # The store never sees a worker's clock: a skewed worker shows only in what it does
+        # next (renewing or committing with claims it wrongly believes live).
+        outcome = f"{step['worker']} clock off by {step['hours']} h"
+        return outcome, outcome
+
+    def _do_crash_during(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """The worker's session dies before statement #at of the inner operation."""
+        inner, w = step["inner"], step["inner"]["worker"]
+        fn, remember = self._operation(inner)
+        worker = self.adapter.workers[w]
+        store = self.adapter.store(w)
+        kill = Capability.KILL_SESSION in self.capabilities
+        if not kill and Capability.STATEMENT_FAULTS not in self.capabilities:
+            return "skipped: no statement_faults", "skipped: no statement_faults"
+        action = (lambda _statement: self.adapter.database.kill_session(store)) if kill else None
+        worker.faults.fail_at(int(step["at"]), action=action)
+        try:
+            raw = self._call(self.adapter, fn, index, step)
+        finally:
+            fired = worker.faults.fired
+            worker.faults.disarm()
+        if fired is None:  # the operation finished before the fault point: it simply ran
+            if not isinstance(raw, BaseException) and remember:
+                remember(self.adapter, raw)
+            ref = self._call(self.reference, fn, index, step)
+            if not isinstance(ref, BaseException) and remember:
+                remember(self.reference, ref)
+            self._count(inner, normalize(ref))
+            return normalize(raw), normalize(ref)
+        if not isinstance(raw, StorageError):
+            raise Divergence(index, step, "fault",
+                             f"the operation returned {_short(normalize(raw))} although its session died before "
+                             f"{fired[:60]!r}", normalize(raw), "crashed")
+        self.adapter.crash(w)
+        self.reference.crash(w)
+        return "crashed", "crashed"
+
+    def _do_lost_ack(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """The inner operation commits, the client sees an error, and retries it once."""
+        inner, w = step["inner"], step["inner"]["worker"]
+        fn, remember = self._operation(inner)
+        worker = self.adapter.workers[w]
+        self.adapter.store(w)  # (re)open first: opening commits too, and must not take the fault
+        worker.faults.lose_ack()
+        try:
+            first = self._call(self.adapter, fn, index, step)
+        finally:
+            lost = worker.faults.fired is not None
+            worker.faults.disarm()
+        ref_first = self._call(self.reference, fn, index, step)
+        if not lost:  # refused before committing: an ordinary answer
+            if not isinstance(first, BaseException) and remember:
+                remember(self.adapter, first)
+            if not isinstance(ref_first, BaseException) and remember:
+                remember(self.reference, ref_first)
+            self._count(inner, normalize(ref_first))
+            return normalize(first), normalize(ref_first)
+        self._count(inner, normalize(ref_first))
+        retried = self._both(index, inner, fn, remember)
+        return {"ack": "lost", "retry": retried[0]}, {"ack": "lost", "retry": retried[1]}
+
+    # -- interleavings ------------------------------------------------------
+    def _do_paused_claim(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """`holder` claims inside a transaction and pauses; `other` must skip its rows, not wait."""
+        holder, other = step["holder"], step["other"]
+        if not all(c in self.capabilities for c in (Capability.SKIP_LOCKED, Capability.UNIT_OF_WORK)):
+            # A store that serialises writers cannot pause one claimer while another claims;
+            # the step does nothing on either side, so a bundle from another backend still replays.
+            return "skipped: no skip_locked", "skipped: no skip_locked"
+        lease = timedelta(seconds=step.get("lease_s", 30))
+        limits = step.get("limit", 1), step.get("other_limit", 1)
+        held_store, other_store = self.adapter.store(holder), self.adapter.store(other)
+        unit = held_store.transaction()
+        unit.__enter__()
+        try:
+            held = self._call(self.adapter, lambda s: held_store.claim_runs(holder, lease, limits[0]), index, step)
+            box: list[Any] = []
+            thread = threading.Thread(
+                target=lambda: box.append(self._call(self.adapter, lambda s: other_store.claim_runs(other, lease, limits[1]), index, step)),
+                daemon=True,
+            )
+            thread.start()
+            thread.join(RACE_TIMEOUT_S)
+            blocked = thread.is_alive()
+        except BaseException as exc:
+            unit.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if blocked:  # let the waiter finish before anything closes its connection
+            unit.__exit__(_Blocked, _Blocked(), None)
+            thread.join(RACE_TIMEOUT_S)
+            raise Divergence(index, step, "blocked", f"{other}'s claim waited for {holder}'s open transaction instead of skipping its rows")
+        unit.__exit__(None, None, None)
+        adapter_raw = [held, box[0]]
+        ref_held = self.reference.store(holder).claim_runs(holder, lease, limits[0])
+        ref_other = self.reference.store(other).claim_runs(other, lease, limits[1])
+        for side, pair in ((self.adapter, adapter_raw), (self.reference, [ref_held, ref_other])):
+            for who, result in zip((holder, other), pair):
+                if isinstance(result, list):
+                    side.remember_run_claims(who, result)
+        return normalize(adapter_raw), normalize([ref_held, ref_other])
+
+    def _do_race(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """Operations from different workers at once; some sequential order must explain the results."""
+        ops = step["ops"]
+        calls = [self._operation(op) for op in ops]
+        barrier = threading.Barrier(len(ops))
+        raws: list[Any] = [None] * len(ops)
+
+        def run(i: int) -> None:
+            barrier.wait(RACE_TIMEOUT_S)
+            try:
+                raws[i] = self._call(self.adapter, calls[i][0], index, step)
+            except Divergence as exc:
+                raws[i] = exc
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(ops))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(RACE_TIMEOUT_S)
+        if any(t.is_alive() for t in threads):
+            raise Divergence(index, step, "blocked", "a racing operation never finished (deadlock or lock wait)")
+        for raw in raws:
+            if isinstance(raw, Divergence):
+                raise raw
+        adapter_out = [normalize(r) for r in raws]
+        saved = self._ref_db.state.tables
+        for order in itertools.permutations(range(len(ops))):
+            self._ref_db.state.tables = saved
+            ref_raws: list[Any] = [None] * len(ops)
+            for i in order:
+                ref_raws[i] = self._call(self.reference, calls[i][0], index, step)
+            if [normalize(r) for r in ref_raws] == adapter_out:
+                break
+        else:
+            self._ref_db.state.tables = saved
+            ref_raws = [self._call(self.reference, call[0], index, step) for call in calls]
+            return adapter_out, [normalize(r) for r in ref_raws]
+        for i, (op, (_, remember)) in enumerate(zip(ops, calls)):
+            for side, raw in ((self.adapter, raws[i]), (self.reference, ref_raws[i])):
+                if step.get("release_claims") and isinstance(raw, list):
+                    # Give back what the race claimed, so the state after the step does not
+                    # depend on which thread won (the machine's next steps must not either).
+                    for claim in raw:
+                        side.store(op["worker"]).release_run_claim(claim)
+                elif remember is not None and not isinstance(raw, BaseException):
+                    remember(side, raw)
+            self._count(op, normalize(ref_raws[i]))
+            if op["op"] == "define":
+                self._definitions.add(op["name"])
+        return adapter_out, adapter_out
+
+    def _do_clock_probe(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """Inside one transaction the database clock must keep moving (never a transaction-start time).
+
+        Between the two reads the host waits until twice the declared clock resolution
+        has passed on its own monotonic clock: waiting for a tick, not betting on timing.
+        """
+        resolution = self.capabilities.clock_resolution_us
+
+        def probe(side: Side) -> str:
+            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.DATABASE)
+            try:
+                with store.transaction():
+                    first = store.now()
+                    _wait_us(2 * max(resolution, 1))
+                    second = store.now()
+            finally:
+                store.close()
+            return "clock moves inside a transaction" if second > first else "clock frozen inside a transaction"
+
+        if Capability.DATABASE_CLOCK not in self.capabilities:
+            return "skipped: no database_clock", "skipped: no database_clock"
+        return self._both(index, step, probe)
+
+    def _do_interleave(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A runs up to its COMMIT and parks there until B has reached its statement #at; then both finish.
+
+        B's reads therefore happen while A's writes are uncommitted (B skips, waits or
+        re-reads, as the store's locks decide), yet A always commits first, so the
+        reference runs A then B. If B blocks before statement #at (it waits for A's
+        locks), A is let go after PARK_S: the order of effects is the same either way.
+        """
+        first, second = step["ops"]
+        (fn_a, remember_a), (fn_b, remember_b) = self._operation(first), self._operation(second)
+        worker_a, worker_b = self.adapter.workers[first["worker"]], self.adapter.workers[second["worker"]]
+        self.adapter.store(first["worker"])
+        self.adapter.store(second["worker"])
+        reached, parked = threading.Event(), threading.Event()
+        worker_a.faults.park_commit(reached, PARK_S, parked)
+        worker_b.faults.notify_at(int(step.get("at", 1)), reached)
+        raws: list[Any] = [None, None]
+
+        def run(i: int, fn: Callable[[Side], Any]) -> None:
+            if i == 1:  # B starts once A is parked at its commit (or finished without one)
+                parked.wait(RACE_TIMEOUT_S)
+            try:
+                raws[i] = self._call(self.adapter, fn, index, step)
+            except Divergence as exc:
+                raws[i] = exc
+            finally:
+                if i == 0:
+                    parked.set()
+
+        thread_a = threading.Thread(target=run, args=(0, fn_a), daemon=True)
+        thread_a.start()
+        thread_b = threading.Thread(target=run, args=(1, fn_b), daemon=True)
+        thread_b.start()
+        for t in (thread_a, thread_b):
+            t.join(RACE_TIMEOUT_S)
+        worker_a.faults.disarm()
+        worker_b.faults.disarm()
+        if thread_a.is_alive() or thread_b.is_alive():
+            raise Divergence(index, step, "blocked", "an interleaved operation never finished (deadlock or lock wait)")
+        for raw in raws:
+            if isinstance(raw, Divergence):
+                raise raw
+        ref = [self._call(self.reference, fn_a, index, step), self._call(self.reference, fn_b, index, step)]
+        for side, pair in ((self.adapter, raws), (self.reference, ref)):
+            for raw, remember in zip(pair, (remember_a, remember_b)):
+                if remember is not None and not isinstance(raw, BaseException):
+                    remember(side, raw)
+        for op, raw in zip((first, second), ref):
+            self._count(op, normalize(raw))
+            if op["op"] == "define":
+                self._definitions.add(op["name"])
+        return [normalize(r) for r in raws], [normalize(r) for r in ref]
+
+    # -- schema and units of work ---------------------------------------------
+    def _do_verify_schema(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        from dataclasses import replace
+
+        def verify(side: Side) -> Any:
+            migrations = list(side.store(CLOCK_WORKER).migrations)
+            if step.get("tamper"):
+                last = migrations[-1]
+                migrations[-1] = replace(last, sql=last.sql + "\n-- changed after applying\n") if hasattr(last, "__dataclass_fields__") else last
+            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
+            try:
+                store.verify_schema()
+                return "schema verified"
+            finally:
+                store.close()
+
+        return self._both(index, step, verify)
+
+    def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A unit of work whose inner block fails while the outer swallows it must roll back whole."""
+        w = step["worker"]
+        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+
+        def unit(side: Side) -> Any:
+            store = side.store(w)
+            with store.transaction():
+                store.start_run(step["run"], ref, step.get("input"))
+                try:
+                    with store.transaction():
+                        store.send_signal(step["run"], "sig", None, "uow")
+                        raise _InnerFailure()
+                except _InnerFailure:
+                    pass
+            return "committed"
+
+        if Capability.UNIT_OF_WORK not in self.capabilities:
+            return "skipped: no unit_of_work", "skipped: no unit_of_work"
+        return self._both(index, step, unit)
+
+    # ==================================================================
+    # state comparison and invariants
+    # ==================================================================
+    def _state(self, side: Side) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for tenant, worker in side.tenants().items():
+            store = _observer(side, worker)
+            state[tenant] = observable_state(store)
+            defs = {}
+            for name in sorted(self._definitions):
+                d = store.get_definition(name, "1")
+                defs[name] = None if d is None else d.digest
+            state[f"{tenant}#definitions"] = defs
+        return state
+
+    def _compare_state(self, index: int, step: dict[str, Any]) -> None:
+        try:
+            adapter_state = self._state(self.adapter)
+        except KitError as exc:
+            raise Divergence(index, step, "state", f"reading the adapter's state failed: {exc!r}") from exc
+        reference_state = self._state(self.reference)
+        now = self.reference.store(CLOCK_WORKER).now()
+        runs_only = {k: v for k, v in adapter_state.items() if "#" not in k}
+        before = None if self._before is None else {k: v for k, v in self._before.items() if "#" not in k}
+        broken = violations(before, runs_only, now, self._commits, self._acked)
+        if broken:
+            raise Divergence(index, step, "invariant", "; ".join(broken))
+        if adapter_state != reference_state:
+            raise Divergence(index, step, "state", _first_difference(adapter_state, reference_state),
+                             None, None)
+        self._before = adapter_state
+
+
+class _InnerFailure(Exception):
+    pass
+
+
+class _Blocked(Exception):
+    """Rolls back a paused claimer whose peer could not get past it."""
+
+
+def _wait_us(us: int) -> None:
+    import time
+
+    deadline = time.monotonic_ns() + us * 1000
+    while time.monotonic_ns() < deadline:
+        time.sleep(0)
+
+
+def _observer(side: Side, worker: str) -> Any:
+    return side.observer(side.workers[worker].tenant)
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a:
+                return f"{path}/{key}: only the reference has it ({_short(b[key], 120)})"
+            if key not in b:
+                return f"{path}/{key}: only the adapter has it ({_short(a[key], 120)})"
+            if a[key] != b[key]:
+                return _first_difference(a[key], b[key], f"{path}/{key}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: adapter has {_short(a, 120)}, reference has {_short(b, 120)}"

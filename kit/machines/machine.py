@@ -1,0 +1,584 @@
+"""The Hypothesis state machine that generates fault-laden step lists, and how to run it.
+
+Every rule only *builds* steps and hands them to the interpreter, so what
+Hypothesis shrinks is a plain step list, and what a failure saves replays
+without Hypothesis. Small pools of runs and keys (including confusable ones
+such as ``Key``/``key`` and ``é``/``e``+U+0301) make collisions, duplicates
+and stale claims frequent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+
+from kit.contract import Backend, Capability
+from kit.machines.interpreter import Divergence, Interpreter
+
+__all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "run_machine"]
+
+#: Keys that collide under case- or normalisation-insensitive comparison, or when a
+#: too-short column truncates them (the long ones differ only in their last character).
+LONG_RUNS = ("R" * 127 + "a", "R" * 127 + "b")
+LONG_KEYS = ("L" * 254 + "a", "L" * 254 + "b")
+RUNS = ("r0", "r1", "r2", "Key", "key") + LONG_RUNS
+IDEMS = (None, None, "i0", "i1", "I0") + LONG_KEYS
+SIGNAL_KEYS = ("s0", "s1", "S0", "\u00e9", "e\u0301") + LONG_KEYS
+COMMAND_KEYS = ("c0", "c1", "C0")
+TIMER_KEYS = ("t0", "t1")
+EVENT_KEYS = (None, None, "e0", "e1")
+TENANT_A = ("w0", "w1", "w2")
+ALL_WORKERS = ("w0", "w1", "w2", "w3")
+ADVANCES_US = (1, 999, 1_000, 500_000, 5_000_000, 30_000_000, 3_600_000_000)
+
+workers = st.sampled_from(TENANT_A + TENANT_A + ("w3",))
+runs = st.sampled_from(RUNS)
+claims = st.sampled_from(("latest", "latest", "latest", "oldest"))
+leases = st.sampled_from((5, 30))
+small_json = st.recursive(
+    st.none() | st.booleans() | st.sampled_from((0, -1, 2**63 - 1, 2**64 + 1, 10**30)) | st.sampled_from(("", "x", "\u00e9", "\U0001f600")),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(("a", "b", "")), inner, max_size=2),
+    max_leaves=4,
+)
+
+
+@st.composite
+def decisions(draw: Any) -> dict[str, Any]:
+    status = draw(st.sampled_from(("blocked", "blocked", "pending", "completed", "failed", "cancelled")))
+    decision: dict[str, Any] = {"status": status}
+    events = draw(st.lists(st.builds(lambda k, key, p: {"kind": k, "key": key, "payload": p},
+                                      st.sampled_from(("step", "note")), st.sampled_from(EVENT_KEYS), small_json), max_size=2))
+    if events:
+        decision["events"] = events
+    if status in ("blocked", "pending") or draw(st.integers(0, 9)) == 0:
+        commands = draw(st.lists(st.builds(lambda k, a, d: {"key": k, "max_attempts": a, "delay_ms": d},
+                                           st.sampled_from(COMMAND_KEYS), st.sampled_from((1, 2, 3)),
+                                           st.sampled_from((0, 0, 1, 500))), max_size=2))
+        timers = draw(st.lists(st.builds(lambda k, d: {"key": k, "delay_ms": d},
+                                         st.sampled_from(TIMER_KEYS), st.sampled_from((0, 1, 500, 30_000))), max_size=1))
+        if commands:
+            decision["commands"] = commands
+        if timers:
+            decision["timers"] = timers
+    if draw(st.integers(0, 4)) == 0:
+        decision["wake_after_ms"] = draw(st.sampled_from((0, 1, 1000)))
+    if draw(st.integers(0, 5)) == 0:
+        decision["cancel_timers"] = [draw(st.sampled_from(TIMER_KEYS))]
+    if draw(st.integers(0, 9)) == 0:
+        decision["consume"] = False
+    if status in ("completed", "failed"):
+        decision["output" if status == "completed" else "error"] = draw(small_json)
+    return decision
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    max_examples: int
+    steps: int
+
+    def settings(self, shrink: bool = True) -> settings:
+        phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+        return settings(
+            max_examples=self.max_examples,
+            stateful_step_count=self.steps,
+            deadline=None,
+            database=None,
+            phases=phases,
+            verbosity=Verbosity.quiet,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+        )
+
+
+PROFILES = {
+    "quick": Profile("quick", max_examples=80, steps=30),
+    "thorough": Profile("thorough", max_examples=400, steps=80),
+}
+
+
+class _Machine(RuleBasedStateMachine):
+    backend: ClassVar[Backend]
+    failures: ClassVar[list[dict[str, Any]]]
+    examples: ClassVar[list[int]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        type(self).examples[0] += 1
+        self.interp = Interpreter(self.backend, database=type(self)._database())
+        self.caps = self.backend.capabilities
+        self.probed = False
+
+    @classmethod
+    def _database(cls) -> Any:
+        """One database per machine run, emptied between examples where the adapter can; else None."""
+        pool: list[Any] = cls.pool
+        if pool and hasattr(pool[0], "reset"):
+            pool[0].reset()
+            return pool[0]
+        if not pool:
+            database = cls.backend.provision()
+            if hasattr(database, "reset"):
+                pool.append(database)
+                return database
+            database.drop()
+        return None
+
+    def teardown(self) -> None:
+        self.interp.close()
+
+    def step(self, step: dict[str, Any]) -> None:
+        try:
+            self.interp.apply(step)
+        except Divergence as exc:
+            type(self).failures.append({"steps": list(self.interp.steps), "divergence": exc.to_json(),
+                                        "message": str(exc)})
+            raise
+
+    def has(self, *caps: Capability) -> bool:
+        return all(c in self.caps for c in caps)
+
+    # What workers hold, read from the reference side (identical on both until a divergence).
+    def held_runs(self, stale: bool = False) -> list[tuple[str, str]]:
+        return sorted(
+            (w, run) for w, worker in self.interp.reference.workers.items()
+            for run, held in worker.run_claims.items() if len(held) > (1 if stale else 0)
+        )
+
+    def held_commands(self) -> list[tuple[str, str, str]]:
+        return sorted(
+            (w, run, key) for w, worker in self.interp.reference.workers.items()
+            for (run, key) in worker.command_claims
+        )
+
+    def live_runs(self) -> list[tuple[str, str]]:
+        """(worker, run) whose latest claim is still the run's current, unexpired claim."""
+        ref = self.interp.reference
+        now = ref.store("w0").now()
+        live = []
+        for (w, run) in self.held_runs():
+            claim = ref.workers[w].run_claims[run][-1]
+            current = ref.observer(ref.workers[w].tenant).get_run(run)
+            if (current is not None and current.status.value == "running" and current.claim_owner == w
+                    and current.claim_generation == claim.generation and current.claim_expires_at
+                    and current.claim_expires_at > now):
+                live.append((w, run))
+        return live
+
+    # Every pick draws the same things whatever the state (a mode and an index), so the
+    # shape of the generated data never depends on what racing threads happened to do.
+    def pick_run(self, data: Any, stale: bool = False) -> tuple[str, str]:
+        """Mostly a (worker, run) the worker holds a live claim on; sometimes a stale one, or anything."""
+        mode = data.draw(st.integers(0, 9), label="pick mode")
+        index = data.draw(st.integers(0, 2**16), label="pick index")
+        anything = (data.draw(workers, label="worker"), data.draw(runs, label="run"))
+        live = [] if stale else self.live_runs()
+        held = self.held_runs(stale)
+        if live and mode >= 3:
+            return live[index % len(live)]
+        if held and mode >= 1:
+            return held[index % len(held)]
+        return anything
+
+    def _existing_or(self, run: str) -> str:
+        """An existing run chosen by ``run``'s position in the pool (no extra draw), else ``run``."""
+        existing = self.existing_runs()
+        return existing[RUNS.index(run) % len(existing)] if existing and run in RUNS else run
+
+    def existing_runs(self) -> list[str]:
+        ref = self.interp.reference
+        return sorted(r.run_id for r in ref.observer("tenant-a").list_runs(limit=50))
+
+    def pick_existing(self, data: Any) -> str:
+        """Mostly a run that exists (so signals, cancels and duplicates land somewhere); sometimes any."""
+        mode = data.draw(st.integers(0, 9), label="existing mode")
+        index = data.draw(st.integers(0, 2**16), label="existing index")
+        anything = data.draw(runs, label="run")
+        existing = self.existing_runs()
+        return existing[index % len(existing)] if existing and mode >= 2 else anything
+
+    def pick_command(self, data: Any) -> tuple[str, str, str]:
+        mode = data.draw(st.integers(0, 9), label="pick mode")
+        index = data.draw(st.integers(0, 2**16), label="pick index")
+        anything = (data.draw(workers), data.draw(runs), data.draw(st.sampled_from(COMMAND_KEYS)))
+        held = self.held_commands()
+        if held and mode >= 1:
+            return held[index % len(held)]
+        return anything
+
+    # -- definitions and runs ----------------------------------------------
+    @initialize(first=runs, second=runs, idem=st.sampled_from(IDEMS), decided=st.integers(0, 4),
+                delay=st.sampled_from((1, 500)))
+    def some_runs(self, first: str, second: str, idem: str | None, decided: int, delay: int) -> None:
+        """Every example starts with work to do: runs, and usually one blocked on a command and a timer."""
+        self.step({"op": "define", "worker": "w0", "name": "wf", "body": "v1"})
+        self.step({"op": "start", "worker": "w0", "run": first, "idem": idem})
+        self.step({"op": "start", "worker": "w1", "run": second})
+        if decided:
+            self.step({"op": "claim_runs", "worker": "w0", "limit": 1})
+            decision = {"status": "blocked", "events": [{"kind": "step", "payload": 1}],
+                        "commands": [{"key": "c0", "max_attempts": 2}], "timers": [{"key": "t0", "delay_ms": delay}]}
+            held = [run for (who, run) in self.held_runs() if who == "w0"]
+            if held:
+                self.step({"op": "commit", "worker": "w0", "run": held[0], "decision": decision})
+
+    @rule(w=workers, body=st.sampled_from(("v1", "v1", "v2")))
+    def define(self, w: str, body: str) -> None:
+        self.step({"op": "define", "worker": w, "name": "wf", "body": body})
+
+    @rule(w=workers, run=runs, idem=st.sampled_from(IDEMS), payload=small_json)
+    def start(self, w: str, run: str, idem: str | None, payload: Any) -> None:
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "start", "worker": w, "run": run, "idem": idem, "input": payload})
+
+    @rule(data=st.data(), w=workers, key=st.sampled_from(SIGNAL_KEYS), payload=small_json, again=st.booleans())
+    def signal(self, data: Any, w: str, key: str, payload: Any, again: bool) -> None:
+        run = self.pick_existing(data)
+        self.step({"op": "signal", "worker": w, "run": run, "key": key, "payload": payload})
+        if again:  # the same signal delivered twice, from another connection
+            other = data.draw(workers, label="second sender")
+            self.step({"op": "signal", "worker": other, "run": run, "key": key, "payload": payload})
+
+    @rule(data=st.data(), w=workers)
+    def cancel(self, data: Any, w: str) -> None:
+        self.step({"op": "cancel", "worker": w, "run": self.pick_existing(data), "reason": "stop"})
+
+    @rule(w=workers, after=st.sampled_from((None,) + RUNS), limit=st.integers(1, 3))
+    def list_page(self, w: str, after: str | None, limit: int) -> None:
+        self.step({"op": "list_page", "worker": w, "after": after, "limit": limit})
+
+    # -- deciders -----------------------------------------------------------
+    @rule(w=workers, limit=st.integers(1, 3), lease=leases)
+    def claim_runs(self, w: str, limit: int, lease: int) -> None:
+        self.step({"op": "claim_runs", "worker": w, "limit": limit, "lease_s": lease})
+
+    @rule(data=st.data(), which=claims, decision=decisions(),
+          revision=st.sampled_from(("claim", "claim", "claim", "stale", "ahead")))
+    def decide(self, data: Any, which: str, decision: dict[str, Any], revision: str) -> None:
+        w, run = self.pick_run(data)
+        self.step({"op": "load", "worker": w, "run": run, "claim": which})
+        self.step({"op": "commit", "worker": w, "run": run, "claim": which, "revision": revision, "decision": decision})
+
+    @rule(w=workers, lease=leases, decision=decisions(),
+          revision=st.sampled_from(("claim", "claim", "claim", "stale", "ahead")))
+    def claim_and_decide(self, w: str, lease: int, decision: dict[str, Any], revision: str) -> None:
+        """The decider's loop: claim, load, commit."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1, "lease_s": lease})
+        held = [run for (who, run) in self.held_runs() if who == w]
+        if held:
+            run = self.interp.reference.workers[w].run_claims
+            latest = max(held, key=lambda r: run[r][-1].generation)
+            self.step({"op": "load", "worker": w, "run": latest})
+            self.step({"op": "commit", "worker": w, "run": latest, "revision": revision, "decision": decision})
+
+    @rule(data=st.data(), which=claims, op=st.sampled_from(("renew", "release", "load")), lease=leases)
+    def fenced_call(self, data: Any, which: str, op: str, lease: int) -> None:
+        w, run = self.pick_run(data)
+        self.step({"op": op, "worker": w, "run": run, "claim": which, "lease_s": lease})
+
+    @rule(data=st.data(), offset=st.sampled_from((-1, 0, 0, 1)), lease=leases,
+          then=st.sampled_from(("renew", "commit", "steal", "load")), decision=decisions())
+    def at_lease_expiry(self, data: Any, offset: int, lease: int, then: str, decision: dict[str, Any]) -> None:
+        """Land on a lease's expiry instant (or a microsecond around it) and act there."""
+        w, run = self.pick_run(data)
+        self.step({"op": "advance_to", "target": "lease", "run": run, "offset_us": offset})
+        other = data.draw(st.sampled_from(TENANT_A), label="thief")
+        if then == "steal":
+            self.step({"op": "claim_runs", "worker": other, "limit": 3, "lease_s": lease})
+        elif then == "commit":
+            self.step({"op": "commit", "worker": w, "run": run, "decision": decision})
+        else:
+            self.step({"op": then, "worker": w, "run": run, "lease_s": lease})
+
+    @rule(data=st.data(), offset=st.sampled_from((0, 1)), same_worker=st.booleans(), decision=decisions(),
+          op=st.sampled_from(("commit", "commit", "renew", "release", "load")))
+    def zombie_after_takeover(self, data: Any, offset: int, same_worker: bool, decision: dict[str, Any], op: str) -> None:
+        """A lease expires, the run is claimed again (maybe by the same worker), the old claim is used."""
+        w, run = self.pick_run(data)
+        other = data.draw(st.sampled_from(TENANT_A), label="thief")
+        thief = w if same_worker else other
+        self.step({"op": "advance_to", "target": "lease", "run": run, "offset_us": offset})
+        self.step({"op": "claim_runs", "worker": thief, "limit": 3})
+        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "claim": "oldest"}
+        if op == "commit":
+            step["decision"] = decision
+        self.step(step)
+
+    @rule(data=st.data(), hours=st.sampled_from((-5, 3)), decision=decisions(),
+          op=st.sampled_from(("commit", "commit", "renew", "release")))
+    def zombie(self, data: Any, hours: int, decision: dict[str, Any], op: str) -> None:
+        """A skewed worker believes its oldest claim is still live and uses it."""
+        w, run = self.pick_run(data, stale=True)
+        self.step({"op": "skew", "worker": w, "hours": hours})
+        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "claim": "oldest"}
+        if op == "commit":
+            step["decision"] = decision
+        self.step(step)
+
+    # -- command workers ----------------------------------------------------
+    @rule(w=workers, limit=st.integers(1, 2), lease=leases)
+    def claim_commands(self, w: str, limit: int, lease: int) -> None:
+        self.step({"op": "claim_commands", "worker": w, "limit": limit, "lease_s": lease})
+
+    @rule(data=st.data(), which=claims, result=small_json,
+          op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), retryable=st.booleans(),
+          expire=st.sampled_from((None, None, -1, 0)))
+    def command_call(self, data: Any, which: str, result: Any, op: str, retryable: bool, expire: int | None) -> None:
+        w, run, key = self.pick_command(data)
+        if expire is not None:  # act exactly at (or just before) a command lease's expiry
+            self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": expire})
+        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key, "claim": which}
+        if op == "complete":
+            step["result"] = result
+        if op == "fail":
+            step.update(error=result, retryable=retryable, retry_after_ms=0)
+        self.step(step)
+
+    @rule(w=workers, result=small_json, op=st.sampled_from(("complete", "complete", "fail", "heartbeat")),
+          retryable=st.booleans())
+    def work(self, w: str, result: Any, op: str, retryable: bool) -> None:
+        """The worker's loop: claim a command, then act on it."""
+        self.step({"op": "claim_commands", "worker": w, "limit": 1})
+        mine = [(run, key) for (who, run, key) in self.held_commands() if who == w]
+        if not mine:
+            return
+        claims_by_key = self.interp.reference.workers[w].command_claims
+        run, key = max(mine, key=lambda rk: claims_by_key[rk][-1].expires_at)
+        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}
+        if op == "complete":
+            step["result"] = result
+        if op == "fail":
+            step.update(error=result, retryable=retryable, retry_after_ms=0)
+        self.step(step)
+
+    @rule(data=st.data(), thief=st.sampled_from(TENANT_A), which=claims, result=small_json)
+    def steal_command(self, data: Any, thief: str, which: str, result: Any) -> None:
+        """A command lease expires, another worker takes the command, the first one completes anyway."""
+        w, run, key = self.pick_command(data)
+        self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": 0})
+        self.step({"op": "claim_commands", "worker": thief, "limit": 2})
+        self.step({"op": "complete", "worker": w, "run": run, "key": key, "claim": which, "result": result})
+
+    @rule(w=st.sampled_from(TENANT_A), delay=st.sampled_from((1, 2, 500, 30_000)), key=st.sampled_from(TIMER_KEYS),
+          firer=workers, limit=st.sampled_from((1, 10)))
+    def timer_boundary(self, w: str, delay: int, key: str, firer: str, limit: int) -> None:
+        """Schedule a timer, then fire one microsecond before it is due and exactly when it is."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if mine:
+            self.step({"op": "commit", "worker": w, "run": mine[0],
+                       "decision": {"status": "blocked", "timers": [{"key": key, "delay_ms": delay}]}})
+        self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": -1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+        self.step({"op": "advance", "us": 1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+
+    @rule(w=workers, limit=st.sampled_from((1, 10)), offset=st.sampled_from((None, -1, 0)))
+    def fire_timers(self, w: str, limit: int, offset: int | None) -> None:
+        if offset is not None:  # land on (or a microsecond before) the next timer's fire_at
+            self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": offset})
+        self.step({"op": "fire_timers", "worker": w, "limit": limit})
+
+    # -- time ---------------------------------------------------------------
+    @rule(us=st.sampled_from(ADVANCES_US))
+    def advance(self, us: int) -> None:
+        self.step({"op": "advance", "us": us})
+
+    @rule(deadline=st.sampled_from(("lease", "timer", "command", "wake")), which=st.integers(0, 2),
+          offset=st.sampled_from((-1, 0, 0, 1)))
+    def advance_to(self, deadline: str, which: int, offset: int) -> None:
+        self.step({"op": "advance_to", "target": deadline, "which": which, "offset_us": offset})
+
+    # -- faults -------------------------------------------------------------
+    @rule(w=workers)
+    def crash(self, w: str) -> None:
+        self.step({"op": "crash", "worker": w})
+
+    @precondition(lambda self: self.has(Capability.STATEMENT_FAULTS) or self.has(Capability.KILL_SESSION))
+    @rule(data=st.data(), at=st.integers(1, 14), decision=decisions(),
+          kind=st.sampled_from(("commit", "commit", "commit", "complete", "signal", "claim_runs", "fire_timers", "start")))
+    def crash_during(self, data: Any, at: int, decision: dict[str, Any], kind: str) -> None:
+        w, run = self.pick_run(data)
+        if kind == "commit":
+            self.step({"op": "load", "worker": w, "run": run})
+        self.step({"op": "crash_during", "at": at, "inner": _inner(kind, w, run, decision)})
+
+    @precondition(lambda self: self.has(Capability.STATEMENT_FAULTS))
+    @rule(data=st.data(), decision=decisions(),
+          kind=st.sampled_from(("commit", "commit", "commit", "complete", "signal", "claim_runs", "start", "cancel", "fail")))
+    def lost_ack(self, data: Any, decision: dict[str, Any], kind: str) -> None:
+        w, run = self.pick_run(data)
+        self.step({"op": "lost_ack", "inner": _inner(kind, w, run, decision)})
+
+    @precondition(lambda self: self.has(Capability.SKIP_LOCKED, Capability.UNIT_OF_WORK, Capability.CONCURRENT_CONNECTIONS))
+    @rule(pair=st.permutations(TENANT_A), limit=st.integers(1, 2), fresh=st.lists(runs, min_size=0, max_size=3))
+    def paused_claim(self, pair: list[str], limit: int, fresh: list[str]) -> None:
+        """One claimer pauses inside its claim transaction; the other must take other runs at once."""
+        for run in fresh:
+            self.step({"op": "start", "worker": pair[1], "run": run})
+        self.step({"op": "paused_claim", "holder": pair[0], "other": pair[1], "limit": limit, "other_limit": 1})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS))
+    @rule(pair=st.permutations(TENANT_A), run=runs, kind=st.sampled_from(
+        ("start", "signal", "define", "complete", "commit", "claim_runs", "fire_timers")),
+        key=st.sampled_from(COMMAND_KEYS), decision=decisions(), payload=small_json)
+    def race(self, pair: list[str], run: str, kind: str, key: str, decision: dict[str, Any], payload: Any) -> None:
+        run = run if kind == "start" else self._existing_or(run)
+        """The same request from two connections at once.
+
+        Races are state-neutral: whichever thread wins, the state afterwards is the
+        same (identical requests; claims taken in a race are given back at once), so
+        what the machine does next never depends on thread timing. Only the answers
+        differ, and some sequential order of the same requests must explain them.
+        """
+        a, b = pair[0], pair[1]
+        release = False
+        if kind == "start":
+            ops = [{"op": "start", "worker": x, "run": run, "idem": "race", "input": payload} for x in (a, b)]
+        elif kind == "signal":
+            ops = [{"op": "signal", "worker": x, "run": run, "key": "race", "payload": payload} for x in (a, b)]
+        elif kind == "define":  # two first calls with different bodies: one row, both get it
+            ops = [{"op": "define", "worker": a, "name": "raced", "body": "A"},
+                   {"op": "define", "worker": b, "name": "raced", "body": "B"}]
+        elif kind == "complete":  # the same completion delivered twice at once
+            ops = [{"op": "complete", "worker": x, "claim_of": a, "run": run, "key": key, "result": payload} for x in (a, b)]
+        elif kind == "commit":  # the same decision sent twice at once
+            ops = [{"op": "commit", "worker": x, "claim_of": a, "run": run, "decision": decision} for x in (a, b)]
+        elif kind == "claim_runs":
+            ops = [{"op": "claim_runs", "worker": x, "limit": 1} for x in (a, b)]
+            release = True
+        else:
+            ops = [{"op": kind, "worker": x, "limit": 1} for x in (a, b)]
+        step: dict[str, Any] = {"op": "race", "ops": ops}
+        if release:
+            step["release_claims"] = True
+        self.step(step)
+
+    @precondition(lambda self: self.has(Capability.DATABASE_CLOCK, Capability.UNIT_OF_WORK) and not self.probed)
+    @rule()
+    def clock_probe(self) -> None:
+        """Once per example: the database clock must move inside a transaction."""
+        self.probed = True
+        self.step({"op": "clock_probe"})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @rule(pair=st.permutations(TENANT_A), run=runs, at=st.integers(1, 4), kind=st.sampled_from(
+        ("fire_timers", "fire_timers", "claim_runs", "claim_commands", "start", "signal", "define", "complete", "commit")),
+        key=st.sampled_from(COMMAND_KEYS), decision=decisions(), payload=small_json, delay=st.sampled_from((1, 500)))
+    def interleave(self, pair: list[str], run: str, at: int, kind: str, key: str, decision: dict[str, Any],
+                   payload: Any, delay: int) -> None:
+        """Two requests overlap at a named point: the first parks before its commit while the second runs."""
+        a, b = pair[0], pair[1]
+        run = run if kind == "start" else self._existing_or(run)
+        if kind == "fire_timers":  # make sure something is due: a live claim blocks on two timers
+            mine = [r for (who, r) in self.live_runs() if who == a]
+            if mine:
+                self.step({"op": "commit", "worker": a, "run": mine[0], "decision": {
+                    "status": "blocked", "timers": [{"key": "t0", "delay_ms": delay}, {"key": "t1", "delay_ms": delay}]}})
+            self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": 0})
+            ops = [{"op": "fire_timers", "worker": x, "limit": 1} for x in (a, b)]
+        elif kind in ("claim_runs", "claim_commands"):
+            ops = [{"op": kind, "worker": x, "limit": 1} for x in (a, b)]
+        elif kind == "start":
+            ops = [{"op": "start", "worker": x, "run": run, "idem": "overlap", "input": payload} for x in (a, b)]
+        elif kind == "signal":
+            ops = [{"op": "signal", "worker": x, "run": run, "key": "overlap", "payload": x} for x in (a, b)]
+        elif kind == "define":
+            ops = [{"op": "define", "worker": a, "name": "overlapped", "body": "A"},
+                   {"op": "define", "worker": b, "name": "overlapped", "body": "B"}]
+        elif kind == "complete":
+            ops = [{"op": "complete", "worker": x, "claim_of": a, "run": run, "key": key, "result": x} for x in (a, b)]
+        else:
+            ops = [{"op": "commit", "worker": x, "claim_of": a, "run": run, "decision": decision} for x in (a, b)]
+        self.step({"op": "interleave", "at": at, "ops": ops})
+
+    @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
+          op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
+    def command_boundary(self, w: str, offset: int, op: str, result: Any) -> None:
+        """A worker acts on its command one microsecond before, at, or just after its lease expires."""
+        self.step({"op": "claim_commands", "worker": w, "limit": 1})
+        mine = [(run, key) for (who, run, key) in self.held_commands() if who == w]
+        if not mine:
+            return
+        claims_by_key = self.interp.reference.workers[w].command_claims
+        run, key = max(mine, key=lambda rk: claims_by_key[rk][-1].expires_at)
+        self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": offset})
+        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}
+        if op == "complete":
+            step["result"] = result
+        if op == "fail":
+            step.update(error=result, retry_after_ms=0)
+        self.step(step)
+
+    # -- schema and units of work ---------------------------------------------
+    @rule(tamper=st.booleans())
+    def verify_schema(self, tamper: bool) -> None:
+        self.step({"op": "verify_schema", "tamper": tamper})
+
+    @precondition(lambda self: self.has(Capability.UNIT_OF_WORK))
+    @rule(w=workers, run=runs)
+    def uow_inner_failure(self, w: str, run: str) -> None:
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "uow_inner_failure", "worker": w, "run": run})
+
+
+def _inner(kind: str, w: str, run: str, decision: dict[str, Any]) -> dict[str, Any]:
+    if kind == "commit":
+        return {"op": "commit", "worker": w, "run": run, "decision": decision}
+    if kind in ("complete", "fail"):
+        return {"op": kind, "worker": w, "run": run, "key": "c0", "result": 1, "error": "e", "retry_after_ms": 0}
+    if kind == "signal":
+        return {"op": "signal", "worker": w, "run": run, "key": "s0", "payload": 1}
+    if kind == "start":
+        return {"op": "start", "worker": w, "run": run, "idem": "i0"}
+    if kind == "cancel":
+        return {"op": "cancel", "worker": w, "run": run}
+    return {"op": kind, "worker": w, "limit": 2}
+
+
+def make_machine(backend: Backend) -> type[_Machine]:
+    """A state machine class bound to ``backend`` (and to its own failure log)."""
+    return type("StorageMachine", (_Machine,), {"backend": backend, "failures": [], "examples": [0], "pool": []})
+
+
+@dataclass
+class MachineOutcome:
+    backend: str
+    profile: str
+    seed: int
+    examples: int
+    seconds: float
+    failure: dict[str, Any] | None = None
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.error is None
+
+
+def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True) -> MachineOutcome:
+    """Run the machine against ``backend``; the failure (if any) is the last, shrunk step list."""
+    chosen = PROFILES[profile] if isinstance(profile, str) else profile
+    machine = make_machine(backend)
+    seed(seed_value)(machine)
+    started = time.monotonic()
+    outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
+    try:
+        run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+    except Divergence:
+        outcome.failure = machine.failures[-1]
+    except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
+        outcome.failure = machine.failures[-1] if machine.failures else None
+        outcome.error = None if machine.failures else f"{type(exc).__name__}: {exc}"
+    finally:
+        for database in machine.pool:
+            database.drop()
+    outcome.examples = machine.examples[0]
+    outcome.seconds = time.monotonic() - started
+    return outcome

@@ -1,0 +1,129 @@
+"""The step language: plain JSON records, and how each reads aloud.
+
+A step is ``{"op": ..., ...}``. Workers are ``w0``..``w2`` (tenant a) and
+``w3`` (tenant b); runs, keys and claims are named by natural keys, never by
+store ids, so one step list replays unchanged on any backend. ``claim`` picks
+the worker's ``latest`` or ``oldest`` (stale) claim on a run; ``claim_of``
+sends another worker's claim (duplicate delivery from a second connection).
+
+========================  =====================================================
+op                        meaning
+========================  =====================================================
+define                    ensure_definition(name, "1", body label)
+start                     start_run(run, input, idem)
+signal / cancel           send_signal(run, key, payload) / request_cancel(run)
+claim_runs                claim_runs(worker, lease_s, limit)
+renew / release / load    fenced calls with the worker's claim on ``run``
+commit                    commit_decision with ``decision`` (consumes the
+                          worker's last snapshot; ``revision``: claim | stale | ahead)
+claim_commands            claim_commands(worker, lease_s, limit)
+heartbeat/complete/fail   fenced command calls with the claim on (run, key)
+fire_timers               fire_due_timers(limit)
+list_page                 list_runs(after, limit)
+advance                   move the test clock by ``us`` microseconds
+advance_to                land on a deadline (lease | timer | command | wake),
+                          ``offset_us`` -1, 0 or +1 around it
+crash                     the worker's process dies (it may come back as a zombie)
+crash_during              the worker's session dies before statement ``at`` of ``inner``
+lost_ack                  ``inner`` commits, the client sees an error and retries once
+skew                      the worker's own clock is off by ``hours``
+paused_claim              ``holder`` claims inside an open transaction; ``other``
+                          claims meanwhile and must skip, not block
+interleave                ``ops`` [A, B]: A parks at its COMMIT until B reaches its
+                          statement ``at``; A's effects land first
+race                      ``ops`` from different workers run at once on threads; with
+                          ``release_claims`` the claims they took are given back after
+clock_probe               the database clock read twice in one transaction must move
+verify_schema             verify_schema(), optionally against a ``tamper``-ed file
+uow_inner_failure         a unit of work whose inner block fails, swallowed outside
+========================  =====================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["describe", "OPS"]
+
+
+class _Key(str):
+    """A run id that narrates itself shortened (see ``_k``)."""
+
+    def __repr__(self) -> str:
+        return _k(str(self))
+
+OPS = (
+    "define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
+    "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
+    "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
+    "verify_schema", "uow_inner_failure", "clock_probe", "interleave",
+)
+
+
+def _k(value: Any) -> str:
+    """A key as narrated: long keys shortened to their ends and length (the step JSON keeps them whole)."""
+    if isinstance(value, str) and len(value) > 24:
+        return repr(f"{value[:4]}...{value[-3:]}") + f"[{len(value)} chars]"
+    return repr(value)
+
+
+def describe(step: dict[str, Any]) -> str:
+    """One readable line for a step (used in narrations and divergence messages)."""
+    op, w = step.get("op"), step.get("worker", "")
+    run = _Key(step.get("run", ""))
+    claim = f"{step.get('claim', 'latest')} claim" + (f" of {step['claim_of']}" if step.get("claim_of") else "")
+    if op == "define":
+        return f"{w} ensures definition {step['name']!r} with body {step['body']!r}"
+    if op == "start":
+        idem = f" idem {_k(step['idem'])}" if step.get("idem") else ""
+        return f"{w} starts {run!r}{idem}"
+    if op == "signal":
+        return f"{w} signals {run!r} key {_k(step['key'])}"
+    if op == "cancel":
+        return f"{w} requests cancel of {run!r}"
+    if op == "claim_runs":
+        return f"{w} claims up to {step.get('limit', 1)} runs (lease {step.get('lease_s', 30)} s)"
+    if op in ("renew", "release", "load"):
+        return f"{w} {op}s {run!r} with its {claim}"
+    if op == "commit":
+        d = step["decision"]
+        parts = [d["status"]]
+        for key in ("events", "commands", "timers"):
+            if d.get(key):
+                parts.append(f"+{len(d[key])} {key}")
+        return f"{w} commits {run!r} ({claim}, revision {step.get('revision', 'claim')}): {', '.join(parts)}"
+    if op == "claim_commands":
+        return f"{w} claims up to {step.get('limit', 1)} commands"
+    if op in ("heartbeat", "complete", "fail"):
+        return f"{w} {op}s command {step['key']!r} of {run!r} with its {claim}"
+    if op == "fire_timers":
+        return f"{w} fires due timers (limit {step.get('limit', 10)})"
+    if op == "list_page":
+        return f"{w} lists runs after {step.get('after')!r} (limit {step.get('limit', 2)})"
+    if op == "advance":
+        return f"clock +{step['us']} us"
+    if op == "advance_to":
+        whose = f" of {step['run']!r}" if step.get("run") else f" #{step.get('which', 0)}"
+        return f"clock to {step['target']} deadline{whose} {step.get('offset_us', 0):+d} us"
+    if op == "crash":
+        return f"{w} crashes"
+    if op == "crash_during":
+        return f"session dies before statement #{step['at']} of: {describe(step['inner'])}"
+    if op == "lost_ack":
+        return f"ack lost, then retried: {describe(step['inner'])}"
+    if op == "skew":
+        return f"{w}'s clock skews {step['hours']:+d} h"
+    if op == "paused_claim":
+        return f"{step['holder']} claims in an open transaction while {step['other']} claims"
+    if op == "interleave":
+        a, b = step["ops"]
+        return f"{describe(a)}, paused before its commit while: {describe(b)} (to statement #{step.get('at', 1)})"
+    if op == "race":
+        return "at once: " + " | ".join(describe(s) for s in step["ops"])
+    if op == "clock_probe":
+        return "read the database clock twice in one transaction"
+    if op == "verify_schema":
+        return "verify schema" + (" against a tampered file" if step.get("tamper") else "")
+    if op == "uow_inner_failure":
+        return f"{w} runs a unit of work on {run!r} whose inner block fails"
+    return str(step)
