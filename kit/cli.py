@@ -24,7 +24,7 @@ __all__ = ["main", "COMMANDS"]
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 1, 2, 3
 
 #: Subcommand modules under kit.commands, in help order.
-COMMANDS = ("check", "backends", "replay", "report", "run")
+COMMANDS = ("check", "backends", "replay", "report", "run", "stress")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:

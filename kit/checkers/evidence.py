@@ -1,0 +1,124 @@
+"""What every checker reads: the indexed history, the final state, and how to judge a run's end.
+
+:meth:`Evidence.machine` runs the fault machines' state checks
+(:func:`kit.machines.invariants.violations`) once on the final state and hands
+each invariant its sentences: sequence contiguity (1), duplicate keys (6),
+timers fired before their time (5), acknowledged starts and signals that are
+gone (7). The stress checkers add what only the history can show.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.checkers.index import HistoryIndex, Op
+from kit.checkers.state import FinalState
+from kit.runtime.module import Registry
+from kit.runtime.scenarios import SCENARIOS, Scenario
+from kit.workload.history import OK
+
+__all__ = ["Evidence", "scenario_from_run_id"]
+
+_INVARIANT = re.compile(r"\(invariant (\d+)")
+_RUN = re.compile(r"run '([^']+)'")
+_TENANT = re.compile(r"\(tenant ([^)]+)\)")
+_SIGNAL = re.compile(r"signal '([^']+)'")
+
+
+def scenario_from_run_id(run_id: str) -> Scenario | None:
+    """The scenario of a stress run id ``<tenant>-<scenario>-<n>``."""
+    parts = run_id.split("-")
+    return SCENARIOS.get(parts[1]) if len(parts) >= 3 else None
+
+
+@dataclass
+class Evidence:
+    history: HistoryIndex
+    state: FinalState
+    registry: Registry | None = None
+    scenario_of: Callable[[str], Scenario | None] = scenario_from_run_id
+    replay_limit: int = 200
+    _machine: dict[int, list[str]] | None = field(default=None, repr=False)
+
+    # -- the history, per run ---------------------------------------------------------
+    def commits(self, tenant: str, run_id: str) -> tuple[list[Op], list[Op]]:
+        """(acknowledged, unknown) commits of a run."""
+        ops = self.history.run_ops(tenant, run_id, "commit")
+        return [o for o in ops if o.type == OK], [o for o in ops if o.unknown]
+
+    def started(self) -> dict[str, set[str]]:
+        """Tenant -> run ids whose start was invoked through that tenant's store (whatever the outcome)."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for op in self.history.by_f.get("start", ()):
+            if op.run is not None:
+                out[op.tenant].add(op.run)
+        return out
+
+    # -- the fault machines' state checks ------------------------------------------------
+    def machine(self, invariant: int) -> list[str]:
+        if self._machine is None:
+            self._machine = self._run_machine_checks()
+        return self._machine.get(invariant, [])
+
+    def _run_machine_checks(self) -> dict[int, list[str]]:
+        from kit.machines.invariants import violations
+
+        if self.state.now is None:
+            return {}
+        committed: dict[tuple[str, str], int] = {}
+        for tenant, run_id, st in self.state.runs():
+            ok, unknown = self.commits(tenant, run_id)
+            revision = int(st["run"]["revision"])
+            # lost acknowledgements: any revision between the acknowledged and the possible counts
+            committed[(tenant, run_id)] = revision if len(ok) <= revision <= len(ok) + len(unknown) else len(ok)
+        acknowledged: set[tuple[str, str, str]] = set()
+        for op in self.history.ok("start"):
+            acknowledged.add((op.tenant, "run", str(op.run)))
+        for op in self.history.ok("signal"):
+            if isinstance(op.args, dict):
+                acknowledged.add((op.tenant, "signal", f"{op.run}\x1f{op.args.get('dedup')}"))
+        found: dict[int, list[str]] = defaultdict(list)
+        for sentence in violations(None, dict(self.state.tenants), self.state.now, committed, acknowledged):
+            match = _INVARIANT.search(sentence)
+            found[int(match.group(1)) if match else 0].append(sentence)
+        return found
+
+    def machine_witness(self, sentence: str) -> tuple[dict[str, Any], ...]:
+        """The witness of a fault-machine sentence: the run's state and the operations it names."""
+        run_match = _RUN.search(sentence)
+        if run_match is None:
+            return ({"sentence": sentence},)
+        run_id = run_match.group(1)
+        tenant_match = _TENANT.search(sentence)
+        tenants = [tenant_match.group(1)] if tenant_match else [t for t in self.state.tenants
+                                                                if run_id in self.state.tenants[t]] or [""]
+        witness: list[dict[str, Any]] = [self.run_witness(tenants[0], run_id, self.state.run(tenants[0], run_id))]
+        if "acknowledged" in sentence:
+            key = _SIGNAL.search(sentence)
+            for op in self.history.by_run.get((tenants[0], run_id), ()):
+                if op.type == OK and (op.f == "start" if key is None else
+                                      op.f == "signal" and (op.args or {}).get("dedup") == key.group(1)):
+                    witness.append(op.ref())
+                    break
+        return tuple(witness)
+
+    @staticmethod
+    def run_witness(tenant: str, run_id: str, state: dict[str, Any] | None, *fields: str) -> dict[str, Any]:
+        """A final-state fragment for a witness: the run's row, only ``fields`` of it."""
+        if state is None:
+            return {"state": {"tenant": tenant, "run": run_id, "present": False}}
+        run = state["run"]
+        shown = {k: run.get(k) for k in (fields or ("status", "revision", "claim_owner", "claim_generation"))}
+        return {"state": {"tenant": tenant, "run": run_id, **{k: _plain(v) for k, v in shown.items()}}}
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "value"):
+        return value.value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
