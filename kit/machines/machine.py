@@ -466,12 +466,10 @@ class _Machine(RuleBasedStateMachine):
         self.probed = True
         self.step({"op": "clock_probe"})
 
-    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
-    @rule(pair=st.permutations(TENANT_A), run=runs, at=st.integers(1, 4), kind=st.sampled_from(
-        ("fire_timers", "fire_timers", "claim_runs", "claim_commands", "start", "signal", "define", "complete", "commit")),
-        key=st.sampled_from(COMMAND_KEYS), decision=decisions(), payload=small_json, delay=st.sampled_from((1, 500)))
-    def interleave(self, pair: list[str], run: str, at: int, kind: str, key: str, decision: dict[str, Any],
-                   payload: Any, delay: int) -> None:
+    # Interleavings: one rule per kind, so each gets its own share of the rule choices
+    # (Hypothesis favours the first entries of a sampled_from).
+    def _interleave(self, kind: str, pair: list[str], run: str, at: int, key: str, decision: dict[str, Any],
+                    payload: Any, delay: int) -> None:
         """Two requests overlap at a named point: the first parks before its commit while the second runs."""
         a, b = pair[0], pair[1]
         run = run if kind == "start" else self._existing_or(run)
@@ -496,6 +494,29 @@ class _Machine(RuleBasedStateMachine):
         else:
             ops = [{"op": "commit", "worker": x, "claim_of": a, "run": run, "decision": decision} for x in (a, b)]
         self.step({"op": "interleave", "at": at, "ops": ops})
+
+    _OVERLAP = dict(pair=st.permutations(TENANT_A), run=runs, at=st.integers(1, 4), key=st.sampled_from(COMMAND_KEYS),
+                    decision=decisions(), payload=small_json, delay=st.sampled_from((1, 500)))
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @rule(**_OVERLAP)
+    def interleave_fire_timers(self, **kw: Any) -> None:
+        self._interleave("fire_timers", **kw)
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @rule(kind=st.sampled_from(("claim_runs", "claim_commands")), **_OVERLAP)
+    def interleave_claims(self, kind: str, **kw: Any) -> None:
+        self._interleave(kind, **kw)
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @rule(kind=st.sampled_from(("start", "define")), **_OVERLAP)
+    def interleave_first_wins(self, kind: str, **kw: Any) -> None:
+        self._interleave(kind, **kw)
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @rule(kind=st.sampled_from(("signal", "complete", "commit")), **_OVERLAP)
+    def interleave_duplicates(self, kind: str, **kw: Any) -> None:
+        self._interleave(kind, **kw)
 
     @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
           op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)

@@ -1,6 +1,7 @@
-"""Kill table: every seeded bug against the whole suite (``nox -s mutants``; figures, not tests).
+"""Kill table: every seeded bug against the example suite and, separately, the fault machines alone
+(``nox -s mutants``; figures, not tests).
 
-    python -m tests.seeded_bugs [BACKEND ...]
+    python -m tests.seeded_bugs [BACKEND ...]      # KIT_SEED fixes the machines' seed (default 20261129)
 
 Also writes ``$KIT_REPORT_DIR`` (default ``reports``) ``/<timestamp>-mutants/``: one run per bug, so the
 report's matrix shows which contract areas caught (failed on) which bug.
@@ -15,6 +16,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from kit.machines.machine import run_machine
 from kit.report import ReportWriter
 from kit.runner import run_suite
 from tests.seeded_bugs.registry import all_bugs
@@ -23,8 +25,10 @@ from tests.seeded_bugs.registry import all_bugs
 def main(argv: list[str]) -> int:
     wanted = set(argv)
     console = Console()
-    table = Table(title="seeded bugs against the whole conformance suite")
-    for column in ("backend", "bug", "killed", "failing checks", "expected caught", "seconds"):
+    seed = int(os.environ.get("KIT_SEED", "20261129"))
+    table = Table(title=f"seeded bugs: the example suite, and the fault machines alone (quick profile, seed {seed})")
+    for column in ("backend", "bug", "suite killed", "failing checks", "expected caught", "suite s",
+                   "machines killed", "examples", "machines s"):
         table.add_column(column)
     survivors = 0
     # a crash leaves the journal (results.jsonl): `kit report FOLDER` renders it, marked incomplete
@@ -37,7 +41,7 @@ def main(argv: list[str]) -> int:
         try:
             backend = bug.make_backend()
         except Exception as exc:  # noqa: BLE001 - an unreachable server is reported, not fatal
-            table.add_row(bug.backend, bug.name, "n/a", str(exc)[:60], "", "")
+            table.add_row(bug.backend, bug.name, "n/a", str(exc)[:60], "", "", "n/a", "", "")
             report.start_run(backend=bug.backend, label=f"{bug.backend}/{bug.name}", tool="mutants")
             report.end_run(duration_s=0.0, exit_code=3, unreachable=str(exc))
             continue
@@ -47,19 +51,28 @@ def main(argv: list[str]) -> int:
                          extra={"bug": {"name": bug.name, "description": bug.description, "caught_by": bug.caught_by}})
         try:
             run = run_suite(backend, on_result=report.add,
-                            extra_args=["--kit-backend", spec, "--kit-seeds-dir", str(report.folder / "seeds")])
+                            extra_args=["--kit-backend", spec, "--kit-seeds-dir", str(report.folder / "seeds"),
+                                        "--kit-profile", "none"])
+            suite_s = time.monotonic() - started
+            machine = run_machine(backend, "quick", seed, shrink=False)
         finally:
             backend.close()
         report.end_suite(run)
         failed = {r.check for r in run.failed}
         expected = [c for c in bug.caught_by if c in failed]
         killed = bool(failed)
-        survivors += not killed
+        machine_killed = machine.failure is not None
+        survivors += (not killed) + (not machine_killed)
         table.add_row(
             bug.backend, bug.name, "[green]yes[/]" if killed else "[red]NO[/]", str(len(failed)),
-            f"{len(expected)}/{len(bug.caught_by)}", f"{time.monotonic() - started:.1f}",
+            f"{len(expected)}/{len(bug.caught_by)}", f"{suite_s:.1f}",
+            "[green]yes[/]" if machine_killed else "[red]NO[/]", str(machine.examples), f"{machine.seconds:.1f}",
         )
-        console.print(f"{bug.backend}/{bug.name}: {len(failed)} checks failed", highlight=False)
+        console.print(
+            f"{bug.backend}/{bug.name}: {len(failed)} checks failed; machines "
+            f"{'killed it' if machine_killed else 'did NOT kill it'} in {machine.examples} examples",
+            highlight=False,
+        )
     console.print(table)
     console.print(f"report: {report.finish() / 'index.html'}", highlight=False)
     return 1 if survivors else 0
