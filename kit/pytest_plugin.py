@@ -22,7 +22,7 @@ import pytest
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["use_backend", "required_backends", "machine_settings", "session_seed"]
+__all__ = ["use_backend", "required_backends", "machine_settings", "session_seed", "skip_module_unless_reachable"]
 
 _SEED: pytest.StashKey[int] = pytest.StashKey()
 
@@ -69,6 +69,19 @@ def use_backend(name: str, url: str | None = None, required: bool = False) -> It
         yield backend
     finally:
         backend.close()
+
+
+def skip_module_unless_reachable(name: str, url: str | None = None) -> None:
+    """At a test module's top: skip the whole module in one line when ``name`` cannot be reached
+    (instead of one skip per check), or fail it when ``KIT_REQUIRE_BACKENDS`` names the backend."""
+    from kit.backends import resolve
+
+    try:
+        resolve(name, url).close()
+    except BackendUnavailable as exc:
+        if name in required_backends():
+            pytest.fail(f"not-reachable: {exc} (required by KIT_REQUIRE_BACKENDS)", pytrace=False)
+        pytest.skip(f"not-reachable: {exc}", allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

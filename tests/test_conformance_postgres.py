@@ -12,7 +12,9 @@ import pytest
 
 from kit.conformance import ConformanceSuite
 from kit.contract import Backend
-from kit.pytest_plugin import use_backend
+from kit.pytest_plugin import skip_module_unless_reachable, use_backend
+
+skip_module_unless_reachable("postgres")  # one line when the server is absent, not one per check
 
 
 class TestPostgres(ConformanceSuite):
