@@ -17,18 +17,31 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from adapters._sql.dialect import Dialect
-from adapters._sql.store import SqlStore
+from adapters._sql.store import SqlStore, reset_database
 from kit.connections import ConnectionFactory
-from kit.contract.capabilities import Capabilities
+from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
 from kit.contract.errors import ConfigurationError
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.discovery import ServerHandle
 from kit.migrate import load_dialect
 
-__all__ = ["ServerBackend", "ServerDatabase", "NAMESPACE_PREFIX"]
+__all__ = ["ServerBackend", "ServerDatabase", "NAMESPACE_PREFIX", "SERVER_CAPABILITIES"]
 
 NAMESPACE_PREFIX = "kit_"
+
+#: What every server adapter of the kit declares (each adds its clock resolution and
+#: any expected failures): real row locks, both clocks, sessions the kit can kill.
+SERVER_CAPABILITIES: tuple[Capability, ...] = (
+    Capability.SKIP_LOCKED,
+    Capability.TEST_CLOCK,
+    Capability.DATABASE_CLOCK,
+    Capability.TENANCY,
+    Capability.UNIT_OF_WORK,
+    Capability.KILL_SESSION,
+    Capability.CONCURRENT_CONNECTIONS,
+    Capability.STATEMENT_FAULTS,
+)
 
 
 class ServerDatabase:
@@ -69,11 +82,7 @@ class ServerDatabase:
 
     def reset(self) -> None:
         """Empty the kit's tables and rewind the test clock, keeping the migrated schema."""
-        store = self.open(clock=ClockMode.TEST)
-        try:
-            store.empty_all_tables()
-        finally:
-            store.close()
+        reset_database(self)
 
     def drop(self) -> None:
         self.backend._drop(self.namespace)

@@ -54,8 +54,8 @@ from adapters._mssql.odbc import (
     import_pyodbc,
 )
 from adapters._mssql.store import MAX_CLAIM_BATCH, MssqlStore
-from adapters._server import NAMESPACE_PREFIX, ServerBackend
-from kit.contract.capabilities import Capabilities, Capability
+from adapters._server import NAMESPACE_PREFIX, SERVER_CAPABILITIES, ServerBackend
+from kit.contract.capabilities import Capabilities
 from kit.contract.errors import BackendUnavailable, ConfigurationError, StorageError
 from kit.discovery import ServerHandle, env_url
 from kit.discovery import discover as discover_server
@@ -153,14 +153,7 @@ class MssqlBackend(ServerBackend):
     dialect = MssqlDialect()
     store_class = MssqlStore
     capabilities = Capabilities.of(
-        Capability.SKIP_LOCKED,
-        Capability.TEST_CLOCK,
-        Capability.DATABASE_CLOCK,
-        Capability.TENANCY,
-        Capability.UNIT_OF_WORK,
-        Capability.KILL_SESSION,
-        Capability.CONCURRENT_CONNECTIONS,
-        Capability.STATEMENT_FAULTS,
+        *SERVER_CAPABILITIES,
         # SYSUTCDATETIME()'s resolution is documented as host dependent (100 ns values,
         # ~1 ms ticks on some Windows hosts); 1 ms is the bound the kit can promise.
         clock_resolution_us=1000,

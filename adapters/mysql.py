@@ -108,10 +108,10 @@ from adapters._mysql_connect import (
     server_version,
     start_container,
 )
-from adapters._server import ServerBackend
+from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql.dialect import Dialect
 from adapters._sql.store import SqlStore
-from kit.contract.capabilities import Capabilities, Capability
+from kit.contract.capabilities import Capabilities
 from kit.contract.errors import (
     ConfigurationError,
     ConnectionLost,
@@ -257,14 +257,7 @@ class MysqlBackend(ServerBackend):
     dialect = MysqlDialect()
     store_class = MysqlStore
     capabilities = Capabilities.of(
-        Capability.SKIP_LOCKED,
-        Capability.TEST_CLOCK,
-        Capability.DATABASE_CLOCK,
-        Capability.TENANCY,
-        Capability.UNIT_OF_WORK,
-        Capability.KILL_SESSION,
-        Capability.CONCURRENT_CONNECTIONS,
-        Capability.STATEMENT_FAULTS,
+        *SERVER_CAPABILITIES,
         clock_resolution_us=1,
     )
 

@@ -61,13 +61,13 @@ from adapters._postgres_connect import (
 )
 from adapters._postgres_connect import probe as _probe
 from adapters._postgres_connect import start_container as _start_container
-from adapters._server import ServerBackend
+from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
 from adapters._sql.store import SqlStore
 from kit.clock import from_micros
 from kit.contract import validation as v
-from kit.contract.capabilities import Capabilities, Capability
+from kit.contract.capabilities import Capabilities
 from kit.contract.entities import CommandClaim, RunClaim
 from kit.contract.errors import (
     ConfigurationError,
@@ -332,14 +332,7 @@ class PostgresBackend(ServerBackend):
     dialect = PostgresDialect()
     store_class = PostgresStore
     capabilities = Capabilities.of(
-        Capability.SKIP_LOCKED,
-        Capability.TEST_CLOCK,
-        Capability.DATABASE_CLOCK,
-        Capability.TENANCY,
-        Capability.UNIT_OF_WORK,
-        Capability.KILL_SESSION,
-        Capability.CONCURRENT_CONNECTIONS,
-        Capability.STATEMENT_FAULTS,
+        *SERVER_CAPABILITIES,
         clock_resolution_us=1,
     )
 

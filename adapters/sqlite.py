@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters._sql.dialect import Dialect
-from adapters._sql.store import SqlStore
+from adapters._sql.store import SqlStore, reset_database
 from kit.connections import ConnectionFactory
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
@@ -149,11 +149,7 @@ class SqliteDatabase:
 
     def reset(self) -> None:
         """Empty the kit's tables and rewind the test clock, keeping the migrated schema."""
-        store = self.open(clock=ClockMode.TEST)
-        try:
-            store.empty_all_tables()
-        finally:
-            store.close()
+        reset_database(self)
 
     def drop(self) -> None:
         if self._owned_dir is not None:

@@ -69,7 +69,7 @@ from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec
 from kit.migrate import AppliedMigration, pending, split_statements, verify
 
-__all__ = ["SqlStore", "CORE_TABLES"]
+__all__ = ["SqlStore", "CORE_TABLES", "reset_database"]
 
 T = TypeVar("T")
 
@@ -1199,3 +1199,12 @@ class SqlStore:
             f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ? AND run_id = ? ORDER BY timer_id",
             (self.tenant_id, run_id),
         ).fetchall()])
+
+
+def reset_database(database: Any) -> None:
+    """Empty a kit-owned database's tables and rewind its test clock, keeping the migrated schema."""
+    store = database.open(clock=ClockMode.TEST)
+    try:
+        store.empty_all_tables()
+    finally:
+        store.close()

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
-    parser.add_argument("--seed", type=int, help="seed of the fault machines (default: a fresh one, printed)")
+    parser.add_argument("--seed", type=int, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     parser.add_argument("--seeds-dir", default="scenarios/seeds", help="where failing scenarios are saved")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
                         help="where the run's report folder <timestamp>-<backend>/ is written "
@@ -43,6 +43,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
 
     backend = resolve(args.backend, args.url)
     report = CheckReport(console, args)
+    if args.seed is None and os.environ.get("KIT_SEED", "").isdigit():
+        args.seed = int(os.environ["KIT_SEED"])
     if args.seed is None:
         import secrets
 

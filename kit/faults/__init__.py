@@ -2,8 +2,9 @@
 
 A :class:`StatementFaults` is a statement hook (see :mod:`kit.connections`).
 It can also pause a worker: ``park_commit`` holds its next COMMIT until another
-worker, armed with ``notify_at(k)``, reaches its k-th statement; that is how a
-step interleaves two transactions at a named point instead of by timing luck.
+worker, armed with ``notify_at(point)``, reaches a named point (its first
+statement, or its first locking statement); that is how a step interleaves two
+transactions at a named point instead of by timing luck.
 Armed with ``fail_at(k)`` it lets ``k - 1`` statements through and, at the
 k-th, raises :class:`InjectedFault` (the statement never runs) or runs an
 action instead (for example: kill this store's server session, so the
@@ -15,13 +16,21 @@ what makes every injected fault reproducible.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
 from kit.connections import COMMIT_POINT, COMMITTED_POINT
 from kit.contract.errors import StorageError
 
-__all__ = ["InjectedFault", "LostAcknowledgement", "StatementFaults"]
+__all__ = ["InjectedFault", "LostAcknowledgement", "NOTIFY_POINTS", "StatementFaults"]
+
+#: Where a paused worker's peer may be made to stop before releasing it (see ``notify_at``).
+NOTIFY_POINTS = ("start", "first_lock")
+_LOCKING = re.compile(
+    r"^\s*(INSERT|UPDATE|DELETE|MERGE)\b|FOR\s+UPDATE|SKIP\s+LOCKED|UPDLOCK|HOLDLOCK|^\s*BEGIN\s+IMMEDIATE",
+    re.IGNORECASE,
+)
 
 
 class InjectedFault(StorageError):
@@ -41,8 +50,7 @@ class StatementFaults:
         self._action: Callable[[str], None] | None = None
         self._lose_ack = False
         self._park: tuple[threading.Event, float, threading.Event | None] | None = None
-        self._notify: tuple[int, threading.Event] | None = None
-        self._counted = 0
+        self._notify: tuple[str, threading.Event] | None = None
         self.seen: list[str] = []
         self.fired: str | None = None
 
@@ -68,11 +76,17 @@ class StatementFaults:
         with self._lock:
             self._park = (until, timeout, parked)
 
-    def notify_at(self, k: int, event: threading.Event) -> None:
-        """Set ``event`` just before the k-th statement from now runs."""
+    def notify_at(self, point: str, event: threading.Event) -> None:
+        """Set ``event`` just before the worker's next statement at ``point`` runs.
+
+        ``start``: its first statement. ``first_lock``: its first statement that takes a
+        lock or writes (a locking SELECT, INSERT/UPDATE/DELETE, ``BEGIN IMMEDIATE``, or its
+        COMMIT): by then it has done every plain read it does before locking anything.
+        """
+        if point not in NOTIFY_POINTS:
+            raise ValueError(f"unknown point {point!r}: use one of {', '.join(NOTIFY_POINTS)}")
         with self._lock:
-            self._counted = 0
-            self._notify = (k, event)
+            self._notify = (point, event)
 
     def disarm(self) -> None:
         with self._lock:
@@ -96,11 +110,11 @@ class StatementFaults:
             park = self._park if statement == COMMIT_POINT else None
             if park is not None:
                 self._park = None
-            if self._notify is not None:
-                self._counted += 1
-                if self._counted >= self._notify[0]:
-                    self._notify[1].set()
-                    self._notify = None
+            if self._notify is not None and (
+                self._notify[0] == "start" or statement == COMMIT_POINT or _LOCKING.search(statement)
+            ):
+                self._notify[1].set()
+                self._notify = None
         if park is not None:
             if park[2] is not None:
                 park[2].set()

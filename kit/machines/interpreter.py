@@ -42,8 +42,8 @@ from kit.reference import MemoryBackend
 __all__ = ["Divergence", "Interpreter", "StepRecord"]
 
 RACE_TIMEOUT_S = 60.0
-PARK_S = 0.2
-"""How long a parked commit waits for a peer that is itself blocked (only costs time)."""
+PARK_S = 30.0
+"""A safety net only: B never waits on A's locks before B's first locking statement."""
 
 
 class Divergence(AssertionError):
@@ -468,13 +468,16 @@ class Interpreter:
         return self._both(index, step, probe)
 
     def _do_interleave(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
-        """A runs up to its COMMIT and parks there until B has reached its statement #at; then both finish.
+        """A runs up to its COMMIT and parks there until B reaches point ``at``; then both finish.
 
-        B's reads therefore happen while A's writes are uncommitted (B skips, waits or
-        re-reads, as the store's locks decide), yet A always commits first, so the
-        reference runs A then B. If B blocks before statement #at (it waits for A's
-        locks), A is let go after PARK_S: the order of effects is the same either way.
+        ``at`` is ``start`` (B's first statement) or ``first_lock`` (B's first locking or
+        writing statement: every plain read B does before locking has happened while A's
+        writes were uncommitted). A always commits first, so the reference runs A then B.
+        A store that locks more than rows (one writer at a time, or the reference's single
+        lock) cannot pause A while B reads; the step does nothing there, on both sides.
         """
+        if not all(c in self.capabilities for c in (Capability.SKIP_LOCKED, Capability.STATEMENT_FAULTS)):
+            return "skipped: no row-level locking", "skipped: no row-level locking"
         first, second = step["ops"]
         (fn_a, remember_a), (fn_b, remember_b) = self._operation(first), self._operation(second)
         worker_a, worker_b = self.adapter.workers[first["worker"]], self.adapter.workers[second["worker"]]
@@ -482,7 +485,7 @@ class Interpreter:
         self.adapter.store(second["worker"])
         reached, parked = threading.Event(), threading.Event()
         worker_a.faults.park_commit(reached, PARK_S, parked)
-        worker_b.faults.notify_at(int(step.get("at", 1)), reached)
+        worker_b.faults.notify_at(str(step.get("at", "first_lock")), reached)
         raws: list[Any] = [None, None]
 
         def run(i: int, fn: Callable[[Side], Any]) -> None:

@@ -343,18 +343,18 @@ class _Machine(RuleBasedStateMachine):
           retryable=st.booleans())
     def work(self, w: str, result: Any, op: str, retryable: bool) -> None:
         """The worker's loop: claim a command, then act on it."""
+        taken = self._claim_a_command(w)
+        if taken is not None:
+            self.step(_command_step(op, w, *taken, result, retryable))
+
+    def _claim_a_command(self, w: str) -> tuple[str, str] | None:
+        """``w`` claims one command; (run, key) of the command it now holds latest, if any."""
         self.step({"op": "claim_commands", "worker": w, "limit": 1})
         mine = [(run, key) for (who, run, key) in self.held_commands() if who == w]
         if not mine:
-            return
+            return None
         claims_by_key = self.interp.reference.workers[w].command_claims
-        run, key = max(mine, key=lambda rk: claims_by_key[rk][-1].expires_at)
-        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}
-        if op == "complete":
-            step["result"] = result
-        if op == "fail":
-            step.update(error=result, retryable=retryable, retry_after_ms=0)
-        self.step(step)
+        return max(mine, key=lambda rk: claims_by_key[rk][-1].expires_at)
 
     @rule(data=st.data(), thief=st.sampled_from(TENANT_A), which=claims, result=small_json)
     def steal_command(self, data: Any, thief: str, which: str, result: Any) -> None:
@@ -468,7 +468,7 @@ class _Machine(RuleBasedStateMachine):
 
     # Interleavings: one rule per kind, so each gets its own share of the rule choices
     # (Hypothesis favours the first entries of a sampled_from).
-    def _interleave(self, kind: str, pair: list[str], run: str, at: int, key: str, decision: dict[str, Any],
+    def _interleave(self, kind: str, pair: list[str], run: str, at: str, key: str, decision: dict[str, Any],
                     payload: Any, delay: int) -> None:
         """Two requests overlap at a named point: the first parks before its commit while the second runs."""
         a, b = pair[0], pair[1]
@@ -495,25 +495,26 @@ class _Machine(RuleBasedStateMachine):
             ops = [{"op": "commit", "worker": x, "claim_of": a, "run": run, "decision": decision} for x in (a, b)]
         self.step({"op": "interleave", "at": at, "ops": ops})
 
-    _OVERLAP = dict(pair=st.permutations(TENANT_A), run=runs, at=st.integers(1, 4), key=st.sampled_from(COMMAND_KEYS),
+    _OVERLAP = dict(pair=st.permutations(TENANT_A), run=runs, at=st.sampled_from(("first_lock", "start")),
+                    key=st.sampled_from(COMMAND_KEYS),
                     decision=decisions(), payload=small_json, delay=st.sampled_from((1, 500)))
 
-    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(**_OVERLAP)
     def interleave_fire_timers(self, **kw: Any) -> None:
         self._interleave("fire_timers", **kw)
 
-    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(kind=st.sampled_from(("claim_runs", "claim_commands")), **_OVERLAP)
     def interleave_claims(self, kind: str, **kw: Any) -> None:
         self._interleave(kind, **kw)
 
-    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(kind=st.sampled_from(("start", "define")), **_OVERLAP)
     def interleave_first_wins(self, kind: str, **kw: Any) -> None:
         self._interleave(kind, **kw)
 
-    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS))
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(kind=st.sampled_from(("signal", "complete", "commit")), **_OVERLAP)
     def interleave_duplicates(self, kind: str, **kw: Any) -> None:
         self._interleave(kind, **kw)
@@ -522,19 +523,11 @@ class _Machine(RuleBasedStateMachine):
           op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
     def command_boundary(self, w: str, offset: int, op: str, result: Any) -> None:
         """A worker acts on its command one microsecond before, at, or just after its lease expires."""
-        self.step({"op": "claim_commands", "worker": w, "limit": 1})
-        mine = [(run, key) for (who, run, key) in self.held_commands() if who == w]
-        if not mine:
+        taken = self._claim_a_command(w)
+        if taken is None:
             return
-        claims_by_key = self.interp.reference.workers[w].command_claims
-        run, key = max(mine, key=lambda rk: claims_by_key[rk][-1].expires_at)
-        self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": offset})
-        step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}
-        if op == "complete":
-            step["result"] = result
-        if op == "fail":
-            step.update(error=result, retry_after_ms=0)
-        self.step(step)
+        self.step({"op": "advance_to", "target": "command", "run": taken[0], "offset_us": offset})
+        self.step(_command_step(op, w, *taken, result, True))
 
     # -- schema and units of work ---------------------------------------------
     @rule(tamper=st.booleans())
@@ -546,6 +539,15 @@ class _Machine(RuleBasedStateMachine):
     def uow_inner_failure(self, w: str, run: str) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
         self.step({"op": "uow_inner_failure", "worker": w, "run": run})
+
+
+def _command_step(op: str, w: str, run: str, key: str, result: Any, retryable: bool) -> dict[str, Any]:
+    step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}
+    if op == "complete":
+        step["result"] = result
+    if op == "fail":
+        step.update(error=result, retryable=retryable, retry_after_ms=0)
+    return step
 
 
 def _inner(kind: str, w: str, run: str, decision: dict[str, Any]) -> dict[str, Any]:

@@ -29,8 +29,8 @@ lost_ack                  ``inner`` commits, the client sees an error and retrie
 skew                      the worker's own clock is off by ``hours``
 paused_claim              ``holder`` claims inside an open transaction; ``other``
                           claims meanwhile and must skip, not block
-interleave                ``ops`` [A, B]: A parks at its COMMIT until B reaches its
-                          statement ``at``; A's effects land first
+interleave                ``ops`` [A, B]: A parks at its COMMIT until B reaches point
+                          ``at`` (start | first_lock); A's effects land first
 race                      ``ops`` from different workers run at once on threads; with
                           ``release_claims`` the claims they took are given back after
 clock_probe               the database clock read twice in one transaction must move
@@ -117,7 +117,7 @@ def describe(step: dict[str, Any]) -> str:
         return f"{step['holder']} claims in an open transaction while {step['other']} claims"
     if op == "interleave":
         a, b = step["ops"]
-        return f"{describe(a)}, paused before its commit while: {describe(b)} (to statement #{step.get('at', 1)})"
+        return f"{describe(a)}, paused before its commit while: {describe(b)} (up to its {step.get('at', 'first_lock')})"
     if op == "race":
         return "at once: " + " | ".join(describe(s) for s in step["ops"])
     if op == "clock_probe":
