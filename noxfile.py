@@ -32,7 +32,8 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def mssql(session: nox.Session) -> None:
-    """SQL Server, fully: the static T-SQL proof, then `kit check mssql` and the pytest suite,
+    """SQL Server, fully: the static T-SQL proof, then `kit check mssql` (suite and fault machines),
+    the pytest suite and `kit stress`,
     required (never skipped), on KIT_MSSQL_URL or else a testcontainers SQL Server 2022.
 
     Needs a Docker engine (or KIT_MSSQL_URL) and, on this host, unixODBC plus an ODBC
@@ -43,6 +44,7 @@ def mssql(session: nox.Session) -> None:
     required = {"KIT_REQUIRE_BACKENDS": "mssql"}
     session.run("kit", "check", "mssql", "--no-progress", *session.posargs, env=required)
     session.run("python", "-m", "pytest", "tests/test_conformance_mssql.py", "-q", env=required)
+    session.run("kit", "stress", "--backend", "mssql", "--no-progress", env=required)
 
 
 @nox.session

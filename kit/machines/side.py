@@ -87,6 +87,13 @@ class Side:
             self._observers[tenant] = self.database.open(tenant, clock=ClockMode.TEST)
         return self._observers[tenant]
 
+    def reader(self, worker: str) -> Storage:
+        """A fault-free store of the worker's tenant that only this worker's steps read through."""
+        key = f"reader:{worker}"
+        if key not in self._observers:
+            self._observers[key] = self.database.open(self.workers[worker].tenant, clock=ClockMode.TEST)
+        return self._observers[key]
+
     def close(self) -> None:
         for name in self.workers:
             self.crash(name)
@@ -126,9 +133,10 @@ class Side:
     def decision(self, worker: str, run_id: str, spec: dict[str, Any]) -> Decision:
         """A decision from a step's JSON, consuming what the worker's last snapshot showed."""
         snapshot = self.workers[worker].snapshots.get(run_id) if spec.get("consume", True) else None
-        # Read through the observer: the worker's own store carries its fault hook, and a
-        # read here must not take a fault meant for the commit that follows.
-        store = self.observer(self.workers[worker].tenant)
+        # Read through the worker's fault-free reader: its own store carries its fault hook, and
+        # a read here must not take a fault meant for the commit that follows. (Per worker, not
+        # shared: racing workers build decisions on their own threads.)
+        store = self.reader(worker)
         cancel = tuple(
             t.timer_id for t in store.list_timers(run_id)
             if t.operation_key in set(spec.get("cancel_timers", ())) and t.status.value in ("scheduled", "fired")
