@@ -9,6 +9,7 @@ report's matrix shows which contract areas caught (failed on) which bug.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -22,8 +23,23 @@ from kit.runner import run_suite
 from tests.seeded_bugs.registry import all_bugs
 
 
+def _parse(argv: list[str]) -> set[str]:
+    known = sorted({bug.backend for bug in all_bugs()})
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.seeded_bugs",
+        description="Kill table: every seeded bug against the example suite and the fault machines alone "
+                    "(KIT_SEED fixes the machines' seed, default 20261129).")
+    parser.add_argument("backends", nargs="*", metavar="BACKEND",
+                        help=f"only the bugs of these backends ({', '.join(known)}); default: all")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.backends) - set(known))
+    if unknown:
+        parser.error(f"no seeded bugs for {', '.join(unknown)}; choose among {', '.join(known)}")
+    return set(args.backends)
+
+
 def main(argv: list[str]) -> int:
-    wanted = set(argv)
+    wanted = _parse(argv)
     console = Console()
     seed = int(os.environ.get("KIT_SEED", "20261129"))
     table = Table(title=f"seeded bugs: the example suite, and the fault machines alone (quick profile, seed {seed})")
