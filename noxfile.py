@@ -70,6 +70,6 @@ def stress_bench(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("-e", ".[test]", "ruff", "mypy")
+    session.install("-e", ".[test,lint]")
     session.run("ruff", "check", "kit", "adapters", "tests")
     session.run("mypy", "kit", "adapters")

@@ -11,6 +11,7 @@ A dialect's backend subclasses :class:`ServerBackend` and fills in the
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.discovery import ServerHandle
 from kit.migrate import load_dialect
 
-__all__ = ["ServerBackend", "ServerDatabase", "NAMESPACE_PREFIX", "SERVER_CAPABILITIES"]
+__all__ = ["NAMESPACE_PREFIX", "SERVER_CAPABILITIES", "ServerBackend", "ServerDatabase"]
 
 NAMESPACE_PREFIX = "kit_"
 
@@ -47,7 +48,7 @@ SERVER_CAPABILITIES: tuple[Capability, ...] = (
 class ServerDatabase:
     """One kit-owned namespace on a server."""
 
-    def __init__(self, backend: "ServerBackend", namespace: str) -> None:
+    def __init__(self, backend: ServerBackend, namespace: str) -> None:
         self.backend = backend
         self.namespace = namespace
         self.label = f"{backend.name} {namespace} on {backend.handle}"
@@ -149,16 +150,12 @@ class ServerBackend:
 
     def close(self) -> None:
         for namespace in sorted(self._created):
-            try:
+            with contextlib.suppress(Exception):  # best effort: the server may already be gone
                 self._drop(namespace)
-            except Exception:  # noqa: BLE001 - best effort: the server may already be gone
-                pass
         with self._lock:
             if self._admin is not None:
-                try:
+                with contextlib.suppress(Exception):
                     self._admin.close()
-                except Exception:  # noqa: BLE001
-                    pass
                 self._admin = None
         if self._container is not None:
             self._container.stop()

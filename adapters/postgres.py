@@ -73,8 +73,8 @@ from kit.contract.errors import (
     ConfigurationError,
     ConnectionLost,
     KitError,
-    StorageError,
     LockTimeout,
+    StorageError,
     TransientError,
 )
 from kit.discovery import ServerHandle

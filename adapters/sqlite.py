@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 import shutil
 import sqlite3
-import threading
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from kit.contract.errors import ConfigurationError, ConnectionLost, KitError, Tr
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.migrate import load_dialect
 
-__all__ = ["SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore", "BUSY_TIMEOUT_S"]
+__all__ = ["BUSY_TIMEOUT_S", "SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore"]
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for SQLite's write lock before giving up."""
@@ -163,7 +163,7 @@ def _directory_from_url(url: str) -> str:
     parsed = parse_url(url, "sqlite", ("sqlite",), example="sqlite:///path/to/folder")
     if not parsed.database:
         raise ConfigurationError(f"{url!r} names no folder: write sqlite:///path/to/folder")
-    return parsed.database
+    return str(parsed.database)
 
 
 class SqliteBackend:

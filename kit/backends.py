@@ -18,7 +18,7 @@ from typing import Any
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["BackendSpec", "BUILTIN", "resolve", "load_factory"]
+__all__ = ["BUILTIN", "BackendSpec", "load_factory", "resolve"]
 
 
 @dataclass(frozen=True)

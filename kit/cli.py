@@ -19,7 +19,7 @@ from rich.markup import escape
 from kit import __version__
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["COMMANDS", "main"]
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 1, 2, 3
 

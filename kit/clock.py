@@ -11,25 +11,25 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 __all__ = [
     "EPOCH",
     "TEST_CLOCK_START",
-    "from_micros",
-    "to_micros",
-    "micros",
-    "ensure_utc",
-    "system_now",
     "ManualClock",
     "WorkerClock",
+    "ensure_utc",
+    "from_micros",
+    "micros",
+    "system_now",
+    "to_micros",
 ]
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Where a fresh test clock starts: a fixed instant with a non-zero microsecond part,
 #: so a store that rounds or truncates time shows it on the first comparison.
-TEST_CLOCK_START = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+TEST_CLOCK_START = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def ensure_utc(value: datetime) -> datetime:
@@ -41,7 +41,7 @@ def ensure_utc(value: datetime) -> datetime:
             f"naive datetime {value.isoformat()} is ambiguous: pass an aware datetime "
             "(e.g. datetime(..., tzinfo=timezone.utc))"
         )
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def to_micros(value: datetime) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from kit.contract.protocol import StatementHook
 
-__all__ = ["ConnectionFactory", "HookedConnection", "HookedCursor", "COMMIT_POINT", "COMMITTED_POINT"]
+__all__ = ["COMMITTED_POINT", "COMMIT_POINT", "ConnectionFactory", "HookedConnection", "HookedCursor"]
 
 COMMIT_POINT = "COMMIT"
 COMMITTED_POINT = "COMMITTED"

@@ -19,7 +19,7 @@ from typing import Any
 from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.protocol import Storage, iter_pages
 
-__all__ = ["observable_state", "observable_state_from_reads", "run_state", "assemble"]
+__all__ = ["assemble", "observable_state", "observable_state_from_reads", "run_state"]
 
 
 def assemble(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ import pytest
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["use_backend", "required_backends", "machine_settings", "session_seed", "skip_module_unless_reachable"]
+__all__ = ["machine_settings", "required_backends", "session_seed", "skip_module_unless_reachable", "use_backend"]
 
 _SEED: pytest.StashKey[int] = pytest.StashKey()
 
@@ -117,7 +117,7 @@ def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int,
     profile = config.getoption("kit_profile", None) or os.environ.get("KIT_PROFILE") or "quick"
     seeds = config.getoption("kit_seeds_dir", None) or os.environ.get("KIT_SEEDS_DIR") or "scenarios/seeds"
     spec = config.getoption("kit_backend", None) or getattr(backend, "kit_spec", None) or getattr(backend, "name", "?")
-    return profile, session_seed(config), seeds, spec
+    return str(profile), session_seed(config), str(seeds), str(spec)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -147,7 +147,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     if not report.failed:

@@ -4,8 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kit.contract import Backend
 from kit.conformance import ConformanceSuite
+from kit.contract import Backend
 from kit.pytest_plugin import use_backend
 
 

@@ -27,18 +27,18 @@ from kit.contract.entities import (
 from kit.contract.validation import decode_json
 
 __all__ = [
-    "RUN_COLUMNS",
-    "EVENT_COLUMNS",
     "COMMAND_COLUMNS",
+    "DEFINITION_COLUMNS",
+    "EVENT_COLUMNS",
+    "RUN_COLUMNS",
     "SIGNAL_COLUMNS",
     "TIMER_COLUMNS",
-    "DEFINITION_COLUMNS",
-    "to_run",
-    "to_event",
     "to_command",
+    "to_definition",
+    "to_event",
+    "to_run",
     "to_signal",
     "to_timer",
-    "to_definition",
 ]
 
 RUN_COLUMNS = (
@@ -62,7 +62,7 @@ def _time(value: Any) -> Any:
 
 def _json(value: Any) -> Any:
     if isinstance(value, str | bytes | bytearray):
-        return decode_json(value)
+        return decode_json(bytes(value) if isinstance(value, bytearray) else value)
     # A driver that parsed a JSON column itself cannot tell the JSON string "x" from
     # the text x; dialects must hand JSON back as text.
     raise TypeError(

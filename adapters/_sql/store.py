@@ -17,6 +17,7 @@ How the guarantees are kept:
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -44,11 +45,9 @@ from kit.contract.entities import (
     RunStatus,
     Signal,
     SignalReceipt,
-    SignalStatus,
     Snapshot,
     StartResult,
     Timer,
-    TimerStatus,
 )
 from kit.contract.errors import (
     ClockModeError,
@@ -69,7 +68,7 @@ from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec
 from kit.migrate import AppliedMigration, pending, split_statements, verify
 
-__all__ = ["SqlStore", "CORE_TABLES", "reset_database"]
+__all__ = ["CORE_TABLES", "SqlStore", "reset_database"]
 
 T = TypeVar("T")
 
@@ -188,10 +187,8 @@ class SqlStore:
     def _quiet_rollback(self) -> None:
         if self._dead is not None:
             return
-        try:
+        with contextlib.suppress(Exception):  # no transaction, or the connection is gone
             self._cur.execute(self.dialect.rollback)
-        except Exception:  # noqa: BLE001 - no transaction, or the connection is gone
-            pass
 
     def _write(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn`` in a write transaction, retrying only attempts known rolled back."""
@@ -228,10 +225,8 @@ class SqlStore:
         return "(" + ", ".join("?" for _ in values) + ")"
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing a dead connection
             self._conn.close()
-        except Exception:  # noqa: BLE001 - closing a dead connection
-            pass
         self._dead = self._dead or "closed"
 
     # ==================================================================
@@ -275,10 +270,8 @@ class SqlStore:
                     return applied_names
                 applied_names.extend(step)
         finally:
-            try:
+            with contextlib.suppress(Exception):  # the lock dies with the session anyway
                 self.dialect.unlock_migrations(self._cur)
-            except Exception:  # noqa: BLE001 - the lock dies with the session anyway
-                pass
 
     def _apply_pending(self, cur: Any, only_first: bool = False) -> list[str]:
         cur.execute(self.dialect.migrations_table_ddl)
@@ -883,8 +876,8 @@ class SqlStore:
 
     def _consume(self, cur: Any, revision: int, d: Decision) -> None:
         updates = (
-            (d.consume_signals, "UPDATE kit_signals SET status = 'consumed', consumed_revision = ? "
-             "WHERE tenant_id = ? AND signal_id IN {ids}", True),
+            (d.consume_signals, ("UPDATE kit_signals SET status = 'consumed', consumed_revision = ? "
+                                 "WHERE tenant_id = ? AND signal_id IN {ids}"), True),
             (d.consume_commands, "UPDATE kit_commands SET consumed = 1 WHERE tenant_id = ? AND command_id IN {ids}", False),
             (d.consume_timers, "UPDATE kit_timers SET status = 'consumed' WHERE tenant_id = ? AND timer_id IN {ids}", False),
             (d.cancel_timers, "UPDATE kit_timers SET status = 'cancelled' WHERE tenant_id = ? AND timer_id IN {ids}", False),

@@ -40,8 +40,8 @@ __all__ = [
     "TENANT",
     "AreaChecks",
     "Threads",
-    "requires",
     "check_id",
+    "requires",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])

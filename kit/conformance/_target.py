@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kit.contract import Backend
 from kit.conformance import ConformanceSuite
+from kit.contract import Backend
 from kit.pytest_plugin import use_backend
 from kit.runner import BACKEND_KEY
 

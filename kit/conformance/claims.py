@@ -6,10 +6,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
+from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.contract import Capability, Decision, RunClaim, RunStatus, Snapshot, Storage
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.inspect import observable_state
 
 __all__ = ["ClaimChecks"]
@@ -254,7 +255,7 @@ class ClaimChecks(AreaChecks):
                 got.extend(c.run_id for c in batch)
             return got
 
-        results = Threads.run([(lambda s=s, i=i: drain(s, f"w{i}")) for i, s in enumerate(stores)])
+        results = Threads.run([partial(drain, s, f"w{i}") for i, s in enumerate(stores)])
         claimed = [run_id for batch in results for run_id in batch]
         assert sorted(claimed) == [f"run-{i:02d}" for i in range(40)], "a run was claimed twice or lost"
 

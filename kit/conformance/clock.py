@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kit.clock import system_now, to_micros
-from kit.contract import Backend, Capability, ClockMode, ClockModeError, Storage
 from kit.conformance._harness import AreaChecks, requires
+from kit.contract import Backend, Capability, ClockMode, ClockModeError, Storage
 
 __all__ = ["ClockChecks"]
 
@@ -26,7 +26,7 @@ class ClockChecks(AreaChecks):
 
     def test_test_clock_set_is_exact(self, store: Storage) -> None:
         """The test clock reads back exactly the microsecond it was set to."""
-        at = datetime(2031, 5, 6, 7, 8, 9, 123457, tzinfo=timezone.utc)
+        at = datetime(2031, 5, 6, 7, 8, 9, 123457, tzinfo=UTC)
         store.set_test_clock(at)
         assert store.now() == at
 

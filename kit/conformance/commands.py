@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
+from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.contract import (
     Capability,
     CommandClaim,
@@ -17,7 +19,6 @@ from kit.contract import (
     Storage,
 )
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.inspect import observable_state
 
 __all__ = ["CommandChecks"]
@@ -219,7 +220,7 @@ class CommandChecks(AreaChecks):
                 got.extend(c.operation_key for c in batch)
             return got
 
-        results = Threads.run([(lambda s=s, i=i: drain(s, f"w{i}")) for i, s in enumerate(stores)])
+        results = Threads.run([partial(drain, s, f"w{i}") for i, s in enumerate(stores)])
         claimed = sorted(k for batch in results for k in batch)
         assert claimed == [f"op-{i:02d}" for i in range(30)], "a command was claimed twice or lost"
 
@@ -229,7 +230,7 @@ class CommandChecks(AreaChecks):
         stores = [open_store() for _ in range(4)]
         self.blocked_on_command(stores[0])
         cmd = self._one(stores[0])
-        outcomes = Threads.run([(lambda s=s, i=i: s.complete_command(cmd, {"from": i})) for i, s in enumerate(stores)])
+        outcomes = Threads.run([partial(s.complete_command, cmd, {"from": i}) for i, s in enumerate(stores)])
         assert sorted(o.value for o in outcomes) == ["completed", "terminal", "terminal", "terminal"]
         winner = outcomes.index(Outcome.COMPLETED)
         assert stores[0].get_command(cmd.command_id).result == {"from": winner}  # type: ignore[union-attr]

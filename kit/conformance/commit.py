@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
+from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.contract import (
     Capability,
     CommandStatus,
@@ -25,11 +27,17 @@ from kit.contract import (
     TimerStatus,
 )
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.faults import StatementFaults
 from kit.inspect import observable_state
 
 __all__ = ["CommitChecks"]
+
+
+def _killer(database: Database, worker: Storage) -> Callable[[str], None]:
+    """A fault action that kills ``worker``'s server session at the statement it fires on."""
+    def kill(_statement: str) -> None:
+        database.kill_session(worker)
+    return kill
 
 
 class CommitChecks(AreaChecks):
@@ -136,7 +144,7 @@ class CommitChecks(AreaChecks):
             point += 1
             faults = StatementFaults()
             worker = open_store(migrate=False, statement_hook=faults)
-            faults.fail_at(point, action=lambda _statement, w=worker: database.kill_session(w))
+            faults.fail_at(point, action=_killer(database, worker))
             try:
                 outcome = worker.commit_decision(claim, 0, decision)
             except StorageError:
@@ -352,7 +360,7 @@ class CommitChecks(AreaChecks):
                 ))
                 store.send_signal(run_id, "nudge", {"step": step}, f"{run_id}-{step}")
 
-        Threads.run([(lambda i=i, s=s: work(i, s)) for i, s in enumerate(workers)])
+        Threads.run([partial(work, i, s) for i, s in enumerate(workers)])
         for i in range(len(workers)):
             history = workers[0].get_history(f"run-{i}")
             assert [e.seq for e in history] == list(range(1, len(history) + 1))

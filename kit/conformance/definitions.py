@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
-from kit.contract import Capability, InvalidArgument, Storage, digest_of
 from kit.conformance._harness import AreaChecks, Threads, requires
+from kit.contract import Capability, InvalidArgument, Storage, digest_of
 
 __all__ = ["DefinitionChecks"]
 
@@ -73,7 +74,7 @@ class DefinitionChecks(AreaChecks):
         stores = [open_store() for _ in range(4)]
         bodies = [f"body {i}".encode() for i in range(len(stores))]
         rows = Threads.run([
-            (lambda s=s, b=b: s.ensure_definition("race", "1", digest_of(b), b))
+            partial(s.ensure_definition, "race", "1", digest_of(b), b)
             for s, b in zip(stores, bodies)
         ])
         assert len({r.digest for r in rows}) == 1, f"callers saw different rows: {rows}"

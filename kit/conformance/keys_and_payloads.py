@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from kit.conformance._harness import LEASE, AreaChecks
 from kit.contract import (
     Decision,
     InvalidArgument,
@@ -19,9 +20,8 @@ from kit.contract import (
 )
 from kit.contract.outcomes import Outcome
 from kit.contract.validation import MAX_KEY, MAX_RUN_ID, json_equal
-from kit.conformance._harness import LEASE, AreaChecks
 
-__all__ = ["KeyAndPayloadChecks", "JSON_SAMPLES", "CONFUSABLE_KEYS"]
+__all__ = ["CONFUSABLE_KEYS", "JSON_SAMPLES", "KeyAndPayloadChecks"]
 
 #: Four keys that collide under case-, accent- or normalisation-insensitive comparison.
 CONFUSABLE_KEYS = ("Key", "key", "\u00e9", "e\u0301")
@@ -171,7 +171,7 @@ class KeyAndPayloadChecks(AreaChecks):
 
     def test_microsecond_timestamps_round_trip(self, store: Storage) -> None:
         """Client-supplied timestamps (timer fire_at, wake_at) come back to the microsecond."""
-        at = datetime(2031, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+        at = datetime(2031, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
         claim = self.started_and_claimed(store)
         decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("t", fire_at=at),), wake_at=at - timedelta(microseconds=1))
         store.commit_decision(claim, 0, decision)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kit.contract import Backend, Capability
 from kit.conformance._harness import AreaChecks, requires
+from kit.contract import Backend, Capability
 
 __all__ = ["MachineChecks"]
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
+from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.contract import (
     Capability,
     Decision,
@@ -21,7 +23,6 @@ from kit.contract import (
     iter_pages,
 )
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.inspect import observable_state_from_reads
 
 __all__ = ["RunChecks"]
@@ -76,7 +77,7 @@ class RunChecks(AreaChecks):
         stores = [open_store() for _ in range(4)]
         ref = self.define(stores[0])
         results = Threads.run([
-            (lambda s=s, i=i: s.start_run(f"run-{i}", ref, {"i": i}, idempotency_key="same"))
+            partial(s.start_run, f"run-{i}", ref, {"i": i}, idempotency_key="same")
             for i, s in enumerate(stores)
         ])
         assert sum(r.created for r in results) == 1

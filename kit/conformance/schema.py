@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kit.contract import Capability, Database, SchemaError, Storage, StorageError
 from kit.conformance._harness import TENANT, AreaChecks, Threads, requires
+from kit.contract import Capability, Database, SchemaError, Storage, StorageError
 from kit.faults import InjectedFault
 from kit.migrate import Migration
 

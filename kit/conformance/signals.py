@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
+from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.contract import Capability, Decision, RunStatus, SignalStatus, Storage
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.inspect import observable_state
 
 __all__ = ["SignalChecks"]
@@ -23,7 +24,8 @@ class SignalChecks(AreaChecks):
         signal = receipt.signal
         assert signal is not None and (signal.name, signal.payload, signal.status) == ("approve", {"by": "ana"}, SignalStatus.PENDING)
         assert signal.sent_at == store.now() and store.list_signals("run-1") == [signal]
-        assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
+        run = store.get_run("run-1")
+        assert run is not None and run.status is RunStatus.PENDING
 
     def test_duplicate_returns_existing_and_keeps_payload(self, store: Storage) -> None:
         """The same (run, dedup key) again returns the existing signal, created=False, payload untouched."""
@@ -39,9 +41,9 @@ class SignalChecks(AreaChecks):
         """Concurrent sends of one dedup key store exactly one signal; every caller gets it back."""
         stores = [open_store() for _ in range(4)]
         self.blocked(stores[0])
-        receipts = Threads.run([(lambda s=s, i=i: s.send_signal("run-1", "go", {"i": i}, "dup")) for i, s in enumerate(stores)])
+        receipts = Threads.run([partial(s.send_signal, "run-1", "go", {"i": i}, "dup") for i, s in enumerate(stores)])
         assert sum(r.created for r in receipts) == 1
-        assert len({r.signal.signal_id for r in receipts if r.signal}) == 1  # type: ignore[union-attr]
+        assert len({r.signal.signal_id for r in receipts if r.signal}) == 1
         assert len(stores[0].list_signals("run-1")) == 1
 
     def test_terminal_run_rejects_signal(self, store: Storage) -> None:

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from kit.conformance._harness import LEASE, AreaChecks
 from kit.contract import Capability, Decision, NewCommand, NewTimer, RunStatus, Storage
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import LEASE, AreaChecks
 
 __all__ = ["TenancyChecks"]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
+from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.contract import (
     Capability,
     Decision,
@@ -15,7 +17,6 @@ from kit.contract import (
     TimerStatus,
 )
 from kit.contract.outcomes import Outcome
-from kit.conformance._harness import AreaChecks, Threads, requires
 
 __all__ = ["TimerChecks"]
 
@@ -120,6 +121,6 @@ class TimerChecks(AreaChecks):
                 got.extend((t.run_id, t.operation_key) for t in batch)
             return got
 
-        results = Threads.run([(lambda s=s: fire(s)) for s in stores])
+        results = Threads.run([partial(fire, s) for s in stores])
         fired = sorted(k for batch in results for k in batch)
         assert fired == sorted((f"run-{r}", f"t{i}") for r in range(6) for i in range(4)), "a timer fired twice or never"

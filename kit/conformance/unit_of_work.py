@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kit.contract import Capability, NotInTransaction, Storage, StorageError, TransactionRolledBack
 from kit.conformance._harness import AreaChecks, requires
 from kit.connections import COMMIT_POINT
+from kit.contract import Capability, NotInTransaction, Storage, StorageError, TransactionRolledBack
 from kit.faults import InjectedFault
 
 __all__ = ["UnitOfWorkChecks"]
@@ -34,36 +34,33 @@ class UnitOfWorkChecks(AreaChecks):
     def test_exception_rolls_back_everything_and_reraises(self, store: Storage) -> None:
         """An exception in the block rolls back every operation in it and propagates unchanged."""
         ref = self.define(store)
-        with pytest.raises(_Boom):
-            with store.transaction():
-                store.start_run("a", ref)
-                store.send_signal("a", "go", {}, "s")
-                raise _Boom()
+        with pytest.raises(_Boom), store.transaction():
+            store.start_run("a", ref)
+            store.send_signal("a", "go", {}, "s")
+            raise _Boom()
         assert store.get_run("a") is None
 
     def test_nested_blocks_reuse_the_outer_transaction(self, store: Storage) -> None:
         """An inner block's writes roll back when the outer block fails after it."""
         ref = self.define(store)
-        with pytest.raises(_Boom):
+        with pytest.raises(_Boom), store.transaction():
             with store.transaction():
-                with store.transaction():
-                    store.start_run("inner", ref)
-                store.start_run("outer", ref)
-                raise _Boom()
+                store.start_run("inner", ref)
+            store.start_run("outer", ref)
+            raise _Boom()
         assert store.list_runs() == []
 
     def test_inner_failure_rolls_back_the_whole_unit(self, store: Storage) -> None:
         """A failed inner block dooms the unit: swallowing its error cannot commit half of it."""
         ref = self.define(store)
-        with pytest.raises(TransactionRolledBack):
-            with store.transaction():
-                store.start_run("first", ref)
-                try:
-                    with store.transaction():
-                        store.start_run("second", ref)
-                        raise _Boom()
-                except _Boom:
-                    pass
+        with pytest.raises(TransactionRolledBack), store.transaction():
+            store.start_run("first", ref)
+            try:
+                with store.transaction():
+                    store.start_run("second", ref)
+                    raise _Boom()
+            except _Boom:
+                pass
         assert store.list_runs() == []
 
     def test_callbacks_run_once_in_order_after_outermost_commit(self, store: Storage) -> None:
@@ -81,10 +78,9 @@ class UnitOfWorkChecks(AreaChecks):
     def test_callbacks_never_run_after_rollback(self, store: Storage) -> None:
         """After-commit callbacks registered in a rolled-back unit never run."""
         calls: list[str] = []
-        with pytest.raises(_Boom):
-            with store.transaction() as tx:
-                tx.on_commit(lambda: calls.append("x"))
-                raise _Boom()
+        with pytest.raises(_Boom), store.transaction() as tx:
+            tx.on_commit(lambda: calls.append("x"))
+            raise _Boom()
         with store.transaction():
             pass
         assert calls == []
@@ -102,10 +98,9 @@ class UnitOfWorkChecks(AreaChecks):
 
         failing = open_store(migrate=False, statement_hook=fail_commit)
         armed.append(True)
-        with pytest.raises(StorageError):
-            with failing.transaction() as tx:
-                tx.on_commit(lambda: calls.append("x"))
-                failing.start_run("a", ref)
+        with pytest.raises(StorageError), failing.transaction() as tx:
+            tx.on_commit(lambda: calls.append("x"))
+            failing.start_run("a", ref)
         assert calls == [] and store.get_run("a") is None
 
     def test_lock_run_outside_transaction_is_refused(self, store: Storage) -> None:

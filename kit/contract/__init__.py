@@ -60,10 +60,10 @@ from kit.contract.protocol import (
 from kit.contract.validation import digest_of
 
 __all__ = [
+    "COMMIT_PRECEDENCE",
     "JSON",
     "Backend",
     "BackendUnavailable",
-    "COMMIT_PRECEDENCE",
     "Capabilities",
     "Capability",
     "ClockMode",

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Capability", "Capabilities", "SkipKind"]
+__all__ = ["Capabilities", "Capability", "SkipKind"]
 
 
 class Capability(str, enum.Enum):
@@ -75,7 +75,7 @@ class Capabilities:
         *capabilities: Capability,
         clock_resolution_us: int = 1,
         expected_failures: Mapping[str, str] | None = None,
-    ) -> "Capabilities":
+    ) -> Capabilities:
         return cls(frozenset(capabilities), clock_resolution_us, dict(expected_failures or {}))
 
     def __contains__(self, capability: object) -> bool:
@@ -85,7 +85,7 @@ class Capabilities:
         """The capabilities in ``needed`` this adapter does not declare, in order."""
         return [c for c in needed if c not in self.supported]
 
-    def without(self, *capabilities: Capability) -> "Capabilities":
+    def without(self, *capabilities: Capability) -> Capabilities:
         return Capabilities(
             self.supported - frozenset(capabilities),
             self.clock_resolution_us,

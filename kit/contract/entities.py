@@ -32,10 +32,10 @@ __all__ = [
     "RunClaim",
     "RunStatus",
     "Signal",
+    "SignalReceipt",
     "SignalStatus",
     "Snapshot",
     "StartResult",
-    "SignalReceipt",
     "Timer",
     "TimerStatus",
 ]

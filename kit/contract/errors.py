@@ -8,22 +8,22 @@ nothing behind.
 from __future__ import annotations
 
 __all__ = [
-    "KitError",
-    "ConfigurationError",
     "BackendUnavailable",
-    "StorageError",
+    "ClockModeError",
+    "ConfigurationError",
     "ConnectionLost",
-    "TransientError",
-    "LockTimeout",
-    "SchemaError",
+    "DefinitionMismatch",
+    "DefinitionNotFound",
     "InvalidArgument",
     "InvalidDecision",
-    "DefinitionNotFound",
-    "DefinitionMismatch",
-    "RunAlreadyExists",
+    "KitError",
+    "LockTimeout",
     "NotInTransaction",
+    "RunAlreadyExists",
+    "SchemaError",
+    "StorageError",
     "TransactionRolledBack",
-    "ClockModeError",
+    "TransientError",
 ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Outcome", "COMMIT_PRECEDENCE"]
+__all__ = ["COMMIT_PRECEDENCE", "Outcome"]
 
 
 class Outcome(str, enum.Enum):

@@ -42,7 +42,7 @@ from kit.contract.entities import (
 )
 from kit.contract.outcomes import Outcome
 
-__all__ = ["Backend", "Database", "Storage", "Transaction", "StatementHook", "MigrationSpec"]
+__all__ = ["Backend", "Database", "MigrationSpec", "StatementHook", "Storage", "Transaction"]
 
 #: Called with each SQL statement (or, for non-SQL stores, each named write step)
 #: before it runs; raising from it fails that statement. The fault layer's seam.
@@ -50,9 +50,16 @@ StatementHook = Callable[[str], None]
 
 
 class MigrationSpec(Protocol):
-    version: int
-    name: str
-    sql: str
+    """One numbered migration file, read-only (the kit's own is a frozen dataclass)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sql(self) -> str: ...
 
     @property
     def checksum(self) -> str: ...
@@ -69,8 +76,10 @@ class Transaction(Protocol):
 class Storage(Protocol):
     tenant_id: str
     clock_mode: ClockMode
-    migrations: Sequence[MigrationSpec]
-    """The migrations this store applies and verifies against, in order."""
+
+    @property
+    def migrations(self) -> Sequence[MigrationSpec]:
+        """The migrations this store applies and verifies against, in order."""
 
     def close(self) -> None: ...
 

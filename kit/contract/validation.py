@@ -12,30 +12,30 @@ import hashlib
 import json
 import math
 import re
-from decimal import Decimal
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from kit.clock import ensure_utc
 from kit.contract.entities import JSON, Decision, RunStatus
 from kit.contract.errors import InvalidArgument, InvalidDecision
 
 __all__ = [
-    "MAX_TENANT_ID",
-    "MAX_RUN_ID",
-    "MAX_WORKER_ID",
     "MAX_KEY",
     "MAX_NAME",
-    "check_text",
-    "check_json",
-    "encode_json",
-    "decode_json",
-    "json_equal",
+    "MAX_RUN_ID",
+    "MAX_TENANT_ID",
+    "MAX_WORKER_ID",
+    "check_decision",
     "check_digest",
+    "check_json",
     "check_lease",
     "check_limit",
-    "check_decision",
+    "check_text",
+    "decode_json",
     "digest_of",
+    "encode_json",
+    "json_equal",
 ]
 
 MAX_TENANT_ID = 64
@@ -129,7 +129,7 @@ def json_equal(a: JSON, b: JSON) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _decimal(number: int | float) -> Decimal:
+def _decimal(number: float) -> Decimal:
     return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from kit.connections import COMMIT_POINT, COMMITTED_POINT
 from kit.contract.errors import StorageError
 
-__all__ = ["InjectedFault", "LostAcknowledgement", "NOTIFY_POINTS", "StatementFaults"]
+__all__ = ["NOTIFY_POINTS", "InjectedFault", "LostAcknowledgement", "StatementFaults"]
 
 #: Where a paused worker's peer may be made to stop before releasing it (see ``notify_at``).
 NOTIFY_POINTS = ("start", "first_lock")

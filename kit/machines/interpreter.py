@@ -25,18 +25,19 @@ from kit.contract import (
     ClockMode,
     DefinitionRef,
     KitError,
+    MigrationSpec,
     Outcome,
     RunStatus,
     Snapshot,
     StorageError,
-    TransactionRolledBack,
 )
-from kit.inspect import observable_state
 from kit.contract.protocol import iter_pages
+from kit.inspect import observable_state
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
 from kit.machines.steps import describe
+from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
 __all__ = ["Divergence", "Interpreter", "StepRecord"]
@@ -143,7 +144,7 @@ class Interpreter:
             return fn(side)
         except KitError as exc:
             return exc
-        except Exception as exc:  # noqa: BLE001 - reported as a divergence with its type
+        except Exception as exc:
             if side is self.reference:
                 raise
             raise Divergence(index, step, "error", f"the adapter raised {type(exc).__name__}: {exc}") from exc
@@ -256,7 +257,7 @@ class Interpreter:
                          if t + timedelta(microseconds=step.get("offset_us", 0)) > now)
         if not targets:
             return "no such deadline ahead", "no such deadline ahead"
-        at = targets[step.get("which", 0) % len(targets)] + timedelta(microseconds=step.get("offset_us", 0))
+        at: datetime = targets[step.get("which", 0) % len(targets)] + timedelta(microseconds=step.get("offset_us", 0))
 
         def set_clock(side: Side) -> str:
             side.store(CLOCK_WORKER).set_test_clock(at)
@@ -525,13 +526,11 @@ class Interpreter:
 
     # -- schema and units of work ---------------------------------------------
     def _do_verify_schema(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
-        from dataclasses import replace
-
         def verify(side: Side) -> Any:
-            migrations = list(side.store(CLOCK_WORKER).migrations)
-            if step.get("tamper"):
+            migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
+            if step.get("tamper"):  # the last applied file changes after applying: its checksum differs
                 last = migrations[-1]
-                migrations[-1] = replace(last, sql=last.sql + "\n-- changed after applying\n") if hasattr(last, "__dataclass_fields__") else last
+                migrations[-1] = Migration(last.version, last.name, last.sql + "\n-- changed after applying\n")
             store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
             try:
                 store.verify_schema()

@@ -15,7 +15,13 @@ from typing import Any, ClassVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kit.contract import Backend, Capability
 from kit.machines.interpreter import Divergence, Interpreter
@@ -106,6 +112,7 @@ class _Machine(RuleBasedStateMachine):
     backend: ClassVar[Backend]
     failures: ClassVar[list[dict[str, Any]]]
     examples: ClassVar[list[int]]
+    pool: ClassVar[list[Any]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,10 +182,10 @@ class _Machine(RuleBasedStateMachine):
     def pick_run(self, data: Any, stale: bool = False) -> tuple[str, str]:
         """Mostly a (worker, run) the worker holds a live claim on; sometimes a stale one, or anything."""
         mode = data.draw(st.integers(0, 9), label="pick mode")
-        index = data.draw(st.integers(0, 2**16), label="pick index")
-        anything = (data.draw(workers, label="worker"), data.draw(runs, label="run"))
-        live = [] if stale else self.live_runs()
-        held = self.held_runs(stale)
+        index: int = data.draw(st.integers(0, 2**16), label="pick index")
+        anything: tuple[str, str] = (data.draw(workers, label="worker"), data.draw(runs, label="run"))
+        live: list[tuple[str, str]] = [] if stale else self.live_runs()
+        held: list[tuple[str, str]] = self.held_runs(stale)
         if live and mode >= 3:
             return live[index % len(live)]
         if held and mode >= 1:
@@ -198,15 +205,15 @@ class _Machine(RuleBasedStateMachine):
         """Mostly a run that exists (so signals, cancels and duplicates land somewhere); sometimes any."""
         mode = data.draw(st.integers(0, 9), label="existing mode")
         index = data.draw(st.integers(0, 2**16), label="existing index")
-        anything = data.draw(runs, label="run")
+        anything: str = data.draw(runs, label="run")
         existing = self.existing_runs()
         return existing[index % len(existing)] if existing and mode >= 2 else anything
 
     def pick_command(self, data: Any) -> tuple[str, str, str]:
         mode = data.draw(st.integers(0, 9), label="pick mode")
-        index = data.draw(st.integers(0, 2**16), label="pick index")
-        anything = (data.draw(workers), data.draw(runs), data.draw(st.sampled_from(COMMAND_KEYS)))
-        held = self.held_commands()
+        index: int = data.draw(st.integers(0, 2**16), label="pick index")
+        anything: tuple[str, str, str] = (data.draw(workers), data.draw(runs), data.draw(st.sampled_from(COMMAND_KEYS)))
+        held: list[tuple[str, str, str]] = self.held_commands()
         if held and mode >= 1:
             return held[index % len(held)]
         return anything
@@ -495,9 +502,11 @@ class _Machine(RuleBasedStateMachine):
             ops = [{"op": "commit", "worker": x, "claim_of": a, "run": run, "decision": decision} for x in (a, b)]
         self.step({"op": "interleave", "at": at, "ops": ops})
 
-    _OVERLAP = dict(pair=st.permutations(TENANT_A), run=runs, at=st.sampled_from(("first_lock", "start")),
-                    key=st.sampled_from(COMMAND_KEYS),
-                    decision=decisions(), payload=small_json, delay=st.sampled_from((1, 500)))
+    _OVERLAP: ClassVar[dict[str, Any]] = {
+        "pair": st.permutations(TENANT_A), "run": runs, "at": st.sampled_from(("first_lock", "start")),
+        "key": st.sampled_from(COMMAND_KEYS), "decision": decisions(), "payload": small_json,
+        "delay": st.sampled_from((1, 500)),
+    }
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(**_OVERLAP)

@@ -29,7 +29,7 @@ from kit.contract import (
 )
 from kit.faults import StatementFaults
 
-__all__ = ["Side", "WORKERS", "body_of"]
+__all__ = ["WORKERS", "Side", "body_of"]
 
 #: The logical workers: name -> tenant. ``w3`` is another tenant, to probe isolation.
 WORKERS: dict[str, str] = {"w0": "tenant-a", "w1": "tenant-a", "w2": "tenant-a", "w3": "tenant-b"}
@@ -42,7 +42,7 @@ def body_of(label: str) -> bytes:
 
 
 def ms(value: Any) -> timedelta:
-    return timedelta(microseconds=int(round(float(value) * 1000)))
+    return timedelta(microseconds=round(float(value) * 1000))
 
 
 @dataclass

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["describe", "OPS"]
+__all__ = ["OPS", "describe"]
 
 
 class _Key(str):

@@ -28,7 +28,7 @@ class Tables:
     counters: dict[str, int] = field(default_factory=dict)
     """The last id issued per table: ids count up from 1 in each table, as SQL identities do."""
 
-    def copy(self) -> "Tables":
+    def copy(self) -> Tables:
         return Tables(
             applied=None if self.applied is None else dict(self.applied),
             definitions=dict(self.definitions),

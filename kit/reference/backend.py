@@ -12,7 +12,7 @@ from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.migrate import Migration
 from kit.reference.store import MemoryStore, SharedState
 
-__all__ = ["MemoryBackend", "MemoryDatabase", "MEMORY_MIGRATIONS"]
+__all__ = ["MEMORY_MIGRATIONS", "MemoryBackend", "MemoryDatabase"]
 
 #: The in-memory "schema": recorded like SQL migrations so schema lifecycle checks apply.
 MEMORY_MIGRATIONS: tuple[Migration, ...] = (

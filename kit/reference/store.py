@@ -17,6 +17,7 @@ from typing import Any
 
 from kit.clock import ManualClock, ensure_utc, from_micros, system_now, to_micros
 from kit.connections import COMMIT_POINT, COMMITTED_POINT
+from kit.contract import validation as v
 from kit.contract.entities import (
     JSON,
     ClockMode,
@@ -50,7 +51,6 @@ from kit.contract.errors import (
 )
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
-from kit.contract import validation as v
 from kit.migrate import AppliedMigration, pending, verify
 from kit.reference._tables import Tables
 
@@ -521,20 +521,20 @@ class MemoryStore:
             return Outcome.COMMITTED
 
     def _check_consumable(self, t: Tables, run_id: str, d: Decision) -> None:
-        def owned(table: dict[int, tuple[str, object]], ident: str) -> object | None:
+        def owned(table: dict[int, tuple[str, Any]], ident: str) -> Any:
             if not ident.isdigit():
                 return None
             row = table.get(int(ident))
-            if row is None or row[0] != self.tenant_id or getattr(row[1], "run_id") != run_id:
+            if row is None or row[0] != self.tenant_id or row[1].run_id != run_id:
                 return None
             return row[1]
 
         for sid in d.consume_signals:
-            sig = owned(t.signals, sid)  # type: ignore[arg-type]
+            sig = owned(t.signals, sid)
             if not isinstance(sig, Signal) or sig.status is not SignalStatus.PENDING:
                 raise InvalidDecision(f"signal {sid!r} is not a pending signal of run {run_id!r}")
         for cid in d.consume_commands:
-            cmd = owned(t.commands, cid)  # type: ignore[arg-type]
+            cmd = owned(t.commands, cid)
             if (
                 not isinstance(cmd, Command)
                 or cmd.status not in (CommandStatus.COMPLETED, CommandStatus.FAILED)
@@ -544,11 +544,11 @@ class MemoryStore:
                     f"command {cid!r} has no unconsumed result for run {run_id!r}"
                 )
         for tid in d.consume_timers:
-            tmr = owned(t.timers, tid)  # type: ignore[arg-type]
+            tmr = owned(t.timers, tid)
             if not isinstance(tmr, Timer) or tmr.status is not TimerStatus.FIRED:
                 raise InvalidDecision(f"timer {tid!r} is not a fired timer of run {run_id!r}")
         for tid in d.cancel_timers:
-            tmr = owned(t.timers, tid)  # type: ignore[arg-type]
+            tmr = owned(t.timers, tid)
             if not isinstance(tmr, Timer) or tmr.status not in (
                 TimerStatus.SCHEDULED, TimerStatus.FIRED
             ):

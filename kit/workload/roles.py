@@ -10,11 +10,12 @@ acknowledgement is retried once (that retry is the duplicate after a lost ack).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from kit.clock import to_micros
-from kit.contract import JSON, Outcome, RunClaim, Snapshot, StorageError
+from kit.contract import JSON, Outcome, RunClaim, Snapshot, Storage, StorageError
 from kit.contract import CommandClaim as _CommandClaim
 from kit.faults.nemesis import FaultKind
 from kit.runtime.decider import Decider
@@ -74,6 +75,28 @@ def _fired_value(timers: list[Any]) -> tuple[str, Any]:
     return OK, [{"timer": t.timer_id, "run": t.run_id, "fire_at_us": to_micros(t.fire_at)} for t in timers]
 
 
+def _claim_one_then(actor: Actor, tenant: str, op: str, claim: Callable[[Storage], list[Any]],
+                    judge: Callable[[Any], tuple[str, Any]], holding: str, then: Callable[[Any], None]) -> int:
+    """Claim at most one item through ``actor.call`` and hand it to ``then``.
+
+    A nemesis crash aimed at the claim strikes right after it succeeded: the actor vanishes holding
+    the claim (the lease must then expire); any other fault is applied to the claim call itself.
+    """
+    lease = actor.ctx.config.lease
+    fault = actor.take("claim")
+    crash = fault if fault is not None and fault.kind is FaultKind.CRASH else None
+    _, claims = actor.call(tenant, op, claim, judge, value={"lease_us": _us(lease), "limit": 1},
+                           fault=None if crash else fault)
+    if not claims:
+        return 0
+    if crash is not None:
+        actor._applied(crash, "after claiming", True)
+        raise Crashed(f"vanished holding {holding}", crash)
+    for item in claims:
+        then(item)
+    return len(claims)
+
+
 class DeciderActor(Actor):
     """Claims runs, replays each through its WASM module, commits one fenced decision."""
 
@@ -81,21 +104,8 @@ class DeciderActor(Actor):
 
     def step(self, tenant: str) -> int:
         lease = self.ctx.config.lease
-        fault = self.take("claim")
-        crash = fault if fault is not None and fault.kind is FaultKind.CRASH else None
-        _, claims = self.call(
-            tenant, "claim_runs", lambda s: s.claim_runs(self.process, lease, 1), _claims_value,
-            value={"lease_us": _us(lease), "limit": 1},
-            fault=None if crash else fault,
-        )
-        if not claims:
-            return 0
-        if crash is not None:
-            self._applied(crash, "after claiming", True)
-            raise Crashed("vanished holding its claim", crash)
-        for claim in claims:
-            self.decide(tenant, claim, lease)
-        return len(claims)
+        return _claim_one_then(self, tenant, "claim_runs", lambda s: s.claim_runs(self.process, lease, 1),
+                               _claims_value, "its claim", lambda claim: self.decide(tenant, claim, lease))
 
     def decide(self, tenant: str, claim: RunClaim, lease: timedelta) -> None:
         keys = {"run": claim.run_id, "gen": claim.generation}
@@ -155,21 +165,9 @@ class WorkerActor(Actor):
 
     def step(self, tenant: str) -> int:
         lease = self.ctx.config.lease
-        fault = self.take("claim")
-        crash = fault if fault is not None and fault.kind is FaultKind.CRASH else None
-        _, claims = self.call(
-            tenant, "claim_commands", lambda s: s.claim_commands(self.process, lease, 1), _command_claims_value,
-            value={"lease_us": _us(lease), "limit": 1},
-            fault=None if crash else fault,
-        )
-        if not claims:
-            return 0
-        if crash is not None:
-            self._applied(crash, "after claiming", True)
-            raise Crashed("vanished holding its command claim", crash)
-        for claim in claims:
-            self.work(tenant, claim, lease)
-        return len(claims)
+        return _claim_one_then(self, tenant, "claim_commands", lambda s: s.claim_commands(self.process, lease, 1),
+                               _command_claims_value, "its command claim",
+                               lambda claim: self.work(tenant, claim, lease))
 
     def work(self, tenant: str, claim: _CommandClaim, lease: timedelta) -> None:
         keys = {"command": claim.command_id, "run": claim.run_id, "gen": claim.generation}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from kit.contract import Backend
 from kit.migrate import Migration
 
-__all__ = ["SeededBug", "rewrite_sql", "rewrite_migrations"]
+__all__ = ["SeededBug", "rewrite_migrations", "rewrite_sql"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def rewrite_sql(store_cls: type, rewrites: Mapping[str, str], name: str) -> type
     """
 
     class Rewritten(store_cls):  # type: ignore[valid-type, misc]
-        _rewrites = dict(rewrites)
-        _matched: set[str] = set()
+        _rewrites: ClassVar[dict[str, str]] = dict(rewrites)
+        _matched: ClassVar[set[str]] = set()
 
         def _exec(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
             for old, new in self._rewrites.items():
