@@ -91,9 +91,8 @@ class MssqlStore(SqlStore):
     """The server session (``@@SPID`` and its login time) the kit kills to simulate a crash."""
 
     def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        batch = min(v.check_limit(limit), MAX_CLAIM_BATCH)
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
+        batch = min(limit, MAX_CLAIM_BATCH)
 
         def claim(cur: Any) -> list[RunClaim]:
             now = self._now_us(cur)
@@ -114,10 +113,9 @@ class MssqlStore(SqlStore):
         limit: int = 1,
         queues: Sequence[str] | None = None,
     ) -> list[CommandClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        batch = min(v.check_limit(limit), MAX_CLAIM_BATCH)
-        queue_list = None if queues is None else [v.check_text("queue", q, v.MAX_NAME) for q in queues]
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
+        batch = min(limit, MAX_CLAIM_BATCH)
+        queue_list = v.check_queues(queues)
         if queue_list == []:
             return []
 

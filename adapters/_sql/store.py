@@ -589,9 +589,7 @@ class SqlStore:
         return d.limit(f"SELECT {columns} FROM {table}{d.claim_hint} WHERE {where} ORDER BY {order}", count) + d.skip_locked
 
     def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        v.check_limit(limit)
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
 
         def claim(cur: Any) -> list[RunClaim]:
             now = self._now_us(cur)
@@ -915,10 +913,8 @@ class SqlStore:
         limit: int = 1,
         queues: Sequence[str] | None = None,
     ) -> list[CommandClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        v.check_limit(limit)
-        queue_list = None if queues is None else [v.check_text("queue", q, v.MAX_NAME) for q in queues]
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
+        queue_list = v.check_queues(queues)
         if queue_list == []:
             return []
 

@@ -26,11 +26,13 @@ __all__ = [
     "MAX_RUN_ID",
     "MAX_TENANT_ID",
     "MAX_WORKER_ID",
+    "check_claim",
     "check_decision",
     "check_digest",
     "check_json",
     "check_lease",
     "check_limit",
+    "check_queues",
     "check_text",
     "decode_json",
     "digest_of",
@@ -171,6 +173,17 @@ def check_limit(limit: object, label: str = "limit") -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InvalidArgument(f"{label} must be a positive int, got {limit!r}")
     return limit
+
+
+def check_claim(worker_id: object, lease: object, limit: object) -> tuple[int, int]:
+    """The arguments every claim takes; returns (lease in microseconds, limit)."""
+    check_text("worker_id", worker_id, MAX_WORKER_ID)
+    return check_lease(lease), check_limit(limit)
+
+
+def check_queues(queues: Sequence[str] | None) -> list[str] | None:
+    """None (every queue) or a list of valid queue names; an empty list claims nothing."""
+    return None if queues is None else [check_text("queue", q, MAX_NAME) for q in queues]
 
 
 def check_nonnegative(label: str, value: object) -> int:

@@ -337,9 +337,7 @@ class MemoryStore:
 
     # -- decision claims --------------------------------------------------
     def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        v.check_limit(limit)
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
         with self._unit() as t:
             now = self._now()
             due = [
@@ -584,11 +582,8 @@ class MemoryStore:
         limit: int = 1,
         queues: Sequence[str] | None = None,
     ) -> list[CommandClaim]:
-        v.check_text("worker_id", worker_id, v.MAX_WORKER_ID)
-        lease_us = v.check_lease(lease)
-        v.check_limit(limit)
-        if queues is not None:
-            queues = [v.check_text("queue", q, v.MAX_NAME) for q in queues]
+        lease_us, limit = v.check_claim(worker_id, lease, limit)
+        queues = v.check_queues(queues)
         with self._unit() as t:
             now = self._now()
             due = []
