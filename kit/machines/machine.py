@@ -77,6 +77,8 @@ def decisions(draw: Any) -> dict[str, Any]:
         decision["cancel_timers"] = [draw(st.sampled_from(TIMER_KEYS))]
     if draw(st.integers(0, 9)) == 0:
         decision["consume"] = False
+    if draw(st.integers(0, 7)) == 0:  # consume a command by key, finished or not (an unfinished one is refused)
+        decision["consume_commands"] = [draw(st.sampled_from(COMMAND_KEYS))]
     if status in ("completed", "failed"):
         decision["output" if status == "completed" else "error"] = draw(small_json)
     return decision
@@ -234,6 +236,18 @@ class _Machine(RuleBasedStateMachine):
             if held:
                 self.step({"op": "commit", "worker": "w0", "run": held[0], "decision": decision})
 
+    @rule(run=runs, decision=decisions())
+    def same_run_id_in_other_tenant(self, run: str, decision: dict[str, Any]) -> None:
+        """Tenant b starts and decides a run whose id tenant a uses too (when it has runs): nothing may cross
+        tenants."""
+        self.step({"op": "define", "worker": "w3", "name": "wf", "body": "v1"})
+        self.step({"op": "start", "worker": "w3", "run": self._existing_or(run)})
+        self.step({"op": "claim_runs", "worker": "w3", "limit": 3})
+        for held in sorted({r for (who, r) in self.live_runs() if who == "w3"}):
+            self.step({"op": "load", "worker": "w3", "run": held})
+            events = [*decision.get("events", ()), {"kind": "step", "payload": "tenant-b"}]
+            self.step({"op": "commit", "worker": "w3", "run": held, "decision": {**decision, "events": events}})
+
     @rule(w=workers, body=st.sampled_from(("v1", "v1", "v2")))
     def define(self, w: str, body: str) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": body})
@@ -353,6 +367,35 @@ class _Machine(RuleBasedStateMachine):
         taken = self._claim_a_command(w)
         if taken is not None:
             self.step(_command_step(op, w, *taken, result, retryable))
+
+    @rule(w=workers, decider=workers, result=small_json, op=st.sampled_from(("fail", "complete")),
+          key=st.sampled_from(COMMAND_KEYS), premature=st.booleans())
+    def command_round_trip(self, w: str, decider: str, result: Any, op: str, key: str, premature: bool) -> None:
+        """A decider schedules a single-attempt command (and, if ``premature``, claims the run again and tries
+        to consume the command before it has a result, which must be refused); a worker ends it for good (a
+        permanent failure or a result); then whoever holds the run's live claim (the decider claims it if
+        nobody does) loads it: the result must be in the snapshot."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if mine:
+            decision = {"status": "pending" if premature else "blocked",
+                        "commands": [{"key": key, "max_attempts": 1}]}
+            self.step({"op": "commit", "worker": decider, "run": mine[0], "decision": decision})
+            if premature:
+                self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+                again = [run for (who, run) in self.live_runs() if who == decider]
+                if again:
+                    eager = {"status": "blocked", "consume": False, "consume_commands": [key]}
+                    self.step({"op": "commit", "worker": decider, "run": again[0], "decision": eager})
+        taken = self._claim_a_command(w)
+        if taken is None:
+            return
+        run = taken[0]
+        self.step(_command_step(op, w, *taken, result, retryable=False))
+        if not any(r == run for (_, r) in self.live_runs()):
+            self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        for holder in sorted({who for (who, r) in self.live_runs() if r == run}):
+            self.step({"op": "load", "worker": holder, "run": run})
 
     def _claim_a_command(self, w: str) -> tuple[str, str] | None:
         """``w`` claims one command; (run, key) of the command it now holds latest, if any."""

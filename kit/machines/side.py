@@ -142,6 +142,11 @@ class Side:
             if t.operation_key in set(spec.get("cancel_timers", ())) and t.status.value in ("scheduled", "fired")
         ) if spec.get("cancel_timers") else ()
         consumed_timers = tuple(t.timer_id for t in snapshot.timers) if snapshot else ()
+        consumed_commands = tuple(c.command_id for c in snapshot.command_results) if snapshot else ()
+        if spec.get("consume_commands"):  # a decider consuming commands by key, whatever their state
+            wanted = set(spec["consume_commands"])
+            consumed_commands += tuple(c.command_id for c in store.list_commands(run_id)
+                                       if c.operation_key in wanted and c.command_id not in consumed_commands)
         return Decision(
             next_status=RunStatus(spec["status"]),
             events=tuple(NewEvent(e["kind"], e.get("payload"), e.get("key")) for e in spec.get("events", ())),
@@ -152,7 +157,7 @@ class Side:
             ),
             timers=tuple(NewTimer(t["key"], delay=ms(t.get("delay_ms", 0))) for t in spec.get("timers", ())),
             consume_signals=tuple(s.signal_id for s in snapshot.signals) if snapshot else (),
-            consume_commands=tuple(c.command_id for c in snapshot.command_results) if snapshot else (),
+            consume_commands=consumed_commands,
             consume_timers=tuple(t for t in consumed_timers if t not in cancel),
             cancel_timers=cancel,
             wake_after=ms(spec["wake_after_ms"]) if spec.get("wake_after_ms") is not None else None,
