@@ -9,7 +9,16 @@ from datetime import timedelta
 from functools import partial
 
 from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
-from kit.contract import Capability, Decision, RunClaim, RunStatus, Snapshot, Storage
+from kit.contract import (
+    Capability,
+    Decision,
+    NewCommand,
+    NewTimer,
+    RunClaim,
+    RunStatus,
+    Snapshot,
+    Storage,
+)
 from kit.contract.outcomes import Outcome
 from kit.inspect import observable_state
 
@@ -170,6 +179,17 @@ class ClaimChecks(AreaChecks):
         assert run is not None and run.status is RunStatus.PENDING and run.claim_owner is None
         assert self.claim_one(store, "w2").generation == 2
 
+    def test_release_makes_no_decision(self, store: Storage) -> None:
+        """A release writes no decision: revision and history stay, and the next claim commits at that revision."""
+        claim = self.started_and_claimed(store)
+        assert store.release_run_claim(claim) is Outcome.COMMITTED
+        run = store.get_run("run-1")
+        assert run is not None and run.revision == 0, "release bumped the revision: it made a decision"
+        assert store.get_history("run-1") == [], "release appended to the history"
+        again = self.claim_one(store, "w2")
+        assert again.revision == 0
+        assert store.commit_decision(again, 0, Decision(RunStatus.COMPLETED)) is Outcome.COMMITTED
+
     def test_stale_release_changes_nothing(self, store: Storage) -> None:
         """A release from an older generation is refused and leaves the new claim in place."""
         old = self.started_and_claimed(store)
@@ -186,6 +206,50 @@ class ClaimChecks(AreaChecks):
         assert isinstance(snapshot, Snapshot)
         assert snapshot.run == store.get_run("run-1")
         assert snapshot.history == () and snapshot.signals == () and snapshot.command_results == ()
+
+    def test_load_claimed_returns_exactly_the_waiting_input(self, store: Storage) -> None:
+        """A snapshot holds the run's completed and failed unconsumed commands, pending signals and fired
+        timers: nothing pending, claimed, scheduled or consumed, and nothing of another run."""
+        for run_id in ("run-1", "run-2"):
+            claim = self.started_and_claimed(store, run_id)
+            commands = (NewCommand(f"{run_id}-ok", "do"), NewCommand(f"{run_id}-bad", "do", max_attempts=1),
+                        NewCommand(f"{run_id}-retry", "do"), NewCommand(f"{run_id}-held", "do"))
+            timers = (NewTimer(f"{run_id}-soon", delay=timedelta(seconds=10)),
+                      NewTimer(f"{run_id}-late", delay=timedelta(hours=1)))
+            decision = Decision(RunStatus.BLOCKED, commands=commands, timers=timers)
+            assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        held = {c.operation_key: c for c in store.claim_commands("worker", LEASE, limit=8)}
+        assert len(held) == 8, f"expected the 8 commands to be claimable, got {sorted(held)}"
+        for run_id in ("run-1", "run-2"):
+            assert store.complete_command(held[f"{run_id}-ok"], {"r": run_id}) is Outcome.COMPLETED
+            assert store.fail_command(held[f"{run_id}-bad"], {"e": 1}, retryable=False) is Outcome.FAILED
+            retry = store.fail_command(held[f"{run_id}-retry"], {"e": 2}, retry_after=timedelta(hours=1))
+            assert retry is Outcome.RETRY_SCHEDULED
+            store.send_signal(run_id, "go", {}, f"{run_id}-a")
+            store.send_signal(run_id, "go", {}, f"{run_id}-b")
+        store.advance_test_clock(timedelta(seconds=10))
+        assert len(store.fire_due_timers()) == 2
+
+        def waiting(snapshot: Snapshot | Outcome) -> tuple[list[str], list[str], list[str]]:
+            assert isinstance(snapshot, Snapshot), f"load_claimed() refused a live claim: {snapshot}"
+            return (sorted(c.operation_key for c in snapshot.command_results),
+                    sorted(s.dedup_key for s in snapshot.signals), sorted(t.operation_key for t in snapshot.timers))
+
+        claims = {c.run_id: c for c in store.claim_runs("w1", LEASE, limit=2)}
+        assert sorted(claims) == ["run-1", "run-2"], "input arrived for both runs: both must be claimable"
+        assert waiting(store.load_claimed(claims["run-2"])) == (["run-2-bad", "run-2-ok"], ["run-2-a", "run-2-b"],
+                                                              ["run-2-soon"])
+        claim = claims["run-1"]
+        snapshot = store.load_claimed(claim)
+        assert waiting(snapshot) == (["run-1-bad", "run-1-ok"], ["run-1-a", "run-1-b"], ["run-1-soon"])
+        assert isinstance(snapshot, Snapshot)
+        ok = next(c.command_id for c in snapshot.command_results if c.operation_key == "run-1-ok")
+        signal = next(s.signal_id for s in snapshot.signals if s.dedup_key == "run-1-a")
+        consume = Decision(RunStatus.PENDING, consume_commands=(ok,), consume_signals=(signal,),
+                           consume_timers=tuple(t.timer_id for t in snapshot.timers))
+        assert store.commit_decision(claim, 1, consume) is Outcome.COMMITTED
+        later = store.load_claimed(self.claim_one(store))  # run-2 is still claimed: this is run-1 again
+        assert waiting(later) == (["run-1-bad"], ["run-1-b"], []), "consumed input came back in a snapshot"
 
     def test_load_claimed_refuses_stale_claim(self, store: Storage) -> None:
         """load_claimed() with a lost claim returns claim_lost instead of a snapshot."""
@@ -267,18 +331,24 @@ class ClaimChecks(AreaChecks):
         for run_id in ("run-a", "run-b", "run-c"):
             holder.start_run(run_id, ref)
         result: list[list[RunClaim]] = []
+        errors: list[BaseException] = []
         done = threading.Event()
         with holder.transaction():
             held = holder.claim_runs("holder", LEASE, limit=1)
 
             def claim_other() -> None:
-                result.append(other.claim_runs("other", LEASE, limit=1))
-                done.set()
+                try:
+                    result.append(other.claim_runs("other", LEASE, limit=1))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                finally:
+                    done.set()
 
             thread = threading.Thread(target=claim_other, daemon=True)
             thread.start()
             returned = done.wait(10)
         thread.join(30)
         assert returned, "the second claimer waited for the first one's transaction (no SKIP LOCKED)"
+        assert not errors, f"the second claimer failed instead of skipping the locked row: {errors[0]!r}"
         assert len(held) == 1 and len(result[0]) == 1
         assert result[0][0].run_id != held[0].run_id

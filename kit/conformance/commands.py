@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -154,6 +155,62 @@ class CommandChecks(AreaChecks):
         assert store.complete_command(replace(cmd, worker_id="intruder"), 1) is Outcome.CLAIM_LOST
         assert observable_state(store) == before
 
+    def test_failure_after_expiry_is_refused(self, store: Storage) -> None:
+        """A failure after the lease expired is refused, retryable or not, even when nobody reclaimed the command."""
+        self.blocked_on_command(store)
+        cmd = self._one(store)
+        store.advance_test_clock(LEASE + US)
+        before = observable_state(store)
+        assert store.fail_command(cmd, {"late": True}) is Outcome.CLAIM_LOST, "an expired claim scheduled a retry"
+        assert store.fail_command(cmd, {"late": True}, retryable=False) is Outcome.CLAIM_LOST, (
+            "an expired claim failed the command permanently"
+        )
+        assert observable_state(store) == before, "a refused failure changed the store"
+
+    def test_heartbeat_after_expiry_is_refused(self, store: Storage) -> None:
+        """A heartbeat after the lease expired is refused and revives nothing: another worker can take the command."""
+        self.blocked_on_command(store)
+        cmd = self._one(store, "w1")
+        store.advance_test_clock(LEASE + US)
+        before = observable_state(store)
+        assert store.heartbeat_command(cmd, LEASE) is Outcome.CLAIM_LOST, "an expired claim was renewed"
+        assert observable_state(store) == before, "a refused heartbeat changed the store"
+        again = self._one(store, "w2")
+        assert (again.worker_id, again.generation) == ("w2", 2), "the refused heartbeat kept the command from others"
+
+    def test_forged_owner_failure_is_refused(self, store: Storage) -> None:
+        """A failure naming another worker, even with the current generation, is refused, retryable or not."""
+        self.blocked_on_command(store)
+        cmd = self._one(store)
+        forged = replace(cmd, worker_id="intruder")
+        before = observable_state(store)
+        assert store.fail_command(forged, "forged") is Outcome.CLAIM_LOST, "another owner scheduled a retry"
+        assert store.fail_command(forged, "forged", retryable=False) is Outcome.CLAIM_LOST, (
+            "another owner failed the command permanently"
+        )
+        assert observable_state(store) == before, "a refused failure changed the store"
+
+    def test_forged_owner_heartbeat_is_refused(self, store: Storage) -> None:
+        """A heartbeat naming another worker, even with the current generation, is refused."""
+        self.blocked_on_command(store)
+        cmd = self._one(store)
+        store.advance_test_clock(timedelta(seconds=10))
+        before = observable_state(store)
+        assert store.heartbeat_command(replace(cmd, worker_id="intruder"), LEASE) is Outcome.CLAIM_LOST, (
+            "another owner renewed the lease"
+        )
+        assert observable_state(store) == before, "a refused heartbeat changed the store"
+
+    def test_heartbeat_after_completion_is_terminal(self, store: Storage) -> None:
+        """A heartbeat on a completed command returns terminal (not claim_lost) and changes nothing."""
+        self.blocked_on_command(store)
+        cmd = self._one(store)
+        assert store.complete_command(cmd, {"done": True}) is Outcome.COMPLETED
+        store.advance_test_clock(timedelta(seconds=1))
+        before = observable_state(store)
+        assert store.heartbeat_command(cmd, LEASE) is Outcome.TERMINAL, "a heartbeat on a completed command was not terminal"
+        assert observable_state(store) == before, "a heartbeat on a completed command changed the store"
+
     def test_unknown_command_is_not_found(self, store: Storage) -> None:
         """Fenced command calls naming an unknown command return not_found."""
         self.blocked_on_command(store)
@@ -191,6 +248,28 @@ class CommandChecks(AreaChecks):
         self.blocked_on_command(store, max_attempts=5)
         assert store.fail_command(self._one(store), "fatal", retryable=False) is Outcome.FAILED
         assert store.claim_commands("worker", LEASE) == []
+
+    def test_permanent_failure_during_decision_is_not_lost(self, store: Storage) -> None:
+        """A command failing permanently while a decision is made leaves the run runnable after a blocked commit."""
+        self.blocked_on_command(store, max_attempts=1)
+        cmd = self._one(store)
+        signal = store.send_signal("run-1", "wake", {}, "w-1").signal
+        assert signal is not None
+        claim = self.claim_one(store)
+        store.load_claimed(claim)
+        assert store.fail_command(cmd, {"e": "fatal"}) is Outcome.FAILED
+        running = store.get_run("run-1")
+        assert running is not None and running.status is RunStatus.RUNNING and running.wakeup_pending, (
+            f"a permanent failure on a claimed run left no wake-up mark: {running}"
+        )
+        decision = Decision(RunStatus.BLOCKED, consume_signals=(signal.signal_id,))
+        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        run = store.get_run("run-1")
+        assert run is not None and run.status is RunStatus.PENDING, (
+            f"a blocked commit lost the failure that landed during its decision: {run}"
+        )
+        snapshot = store.load_claimed(self.claim_one(store, "w2"))
+        assert isinstance(snapshot, Snapshot) and [c.operation_key for c in snapshot.command_results] == ["op-1"]
 
     def test_result_is_consumed_once(self, store: Storage) -> None:
         """A command result reaches exactly one decision: once consumed it leaves the snapshot."""
@@ -234,3 +313,34 @@ class CommandChecks(AreaChecks):
         assert sorted(o.value for o in outcomes) == ["completed", "terminal", "terminal", "terminal"]
         winner = outcomes.index(Outcome.COMPLETED)
         assert stores[0].get_command(cmd.command_id).result == {"from": winner}  # type: ignore[union-attr]
+
+    @requires(Capability.SKIP_LOCKED, Capability.UNIT_OF_WORK, Capability.CONCURRENT_CONNECTIONS)
+    def test_command_claimers_skip_rows_locked_by_an_open_claim(self, open_store: Callable[..., Storage]) -> None:
+        """While one command claimer holds its claim transaction open, another gets a different command at once."""
+        holder, other = open_store(), open_store()
+        claim = self.started_and_claimed(holder)
+        holder.commit_decision(claim, 0, Decision(
+            RunStatus.BLOCKED, commands=tuple(NewCommand(key, "x") for key in ("op-a", "op-b", "op-c")),
+        ))
+        result: list[list[CommandClaim]] = []
+        errors: list[BaseException] = []
+        done = threading.Event()
+        with holder.transaction():
+            held = holder.claim_commands("holder", LEASE, limit=1)
+
+            def claim_other() -> None:
+                try:
+                    result.append(other.claim_commands("other", LEASE, limit=1))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                finally:
+                    done.set()
+
+            thread = threading.Thread(target=claim_other, daemon=True)
+            thread.start()
+            returned = done.wait(10)
+        thread.join(30)
+        assert returned, "the second command claimer waited for the first one's transaction (no SKIP LOCKED)"
+        assert not errors, f"the second command claimer failed instead of skipping the locked row: {errors[0]!r}"
+        assert len(held) == 1 and len(result[0]) == 1, f"expected one command each, got {held} and {result}"
+        assert result[0][0].command_id != held[0].command_id, "two claimers got the same command"

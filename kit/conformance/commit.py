@@ -312,6 +312,47 @@ class CommitChecks(AreaChecks):
             store.commit_decision(claim, 0, Decision(RunStatus.PENDING, consume_signals=(foreign.signal_id,)))
         assert observable_state(store) == before
 
+    def test_consuming_unfinished_or_foreign_work_is_refused(self, store: Storage) -> None:
+        """A decision can consume only its own run's finished, unconsumed command results and fired timers:
+        a claimed command, a scheduled timer, another run's result or an already consumed one is refused
+        (InvalidDecision, nothing written), and the refused timer still fires later."""
+        claim = self.started_and_claimed(store, "run-1")
+        decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "do"), NewCommand("op-2", "do")),
+                            timers=(NewTimer("sleep", delay=timedelta(seconds=10)),))
+        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        self.blocked_on_command(store, "other", key="op-x")
+        held = {(c.run_id, c.operation_key): c for c in store.claim_commands("worker", LEASE, limit=3)}
+        foreign = held[("other", "op-x")]
+        assert store.complete_command(foreign, {"r": "other"}) is Outcome.COMPLETED
+        assert store.complete_command(held[("run-1", "op-2")], {"r": 2}) is Outcome.COMPLETED  # wakes run-1
+        claims = {c.run_id: c for c in store.claim_runs("w1", LEASE, limit=2)}  # "other" woke too
+        claim = claims["run-1"]
+        ids = {c.operation_key: c.command_id for c in store.list_commands("run-1")}
+        timer = store.list_timers("run-1")[0].timer_id
+        refused = {
+            "a claimed, unfinished command": Decision(RunStatus.PENDING, consume_commands=(ids["op-1"],)),
+            "a scheduled, unfired timer": Decision(RunStatus.PENDING, consume_timers=(timer,)),
+            "another run's command result": Decision(RunStatus.PENDING, consume_commands=(foreign.command_id,)),
+            "another run's timer as a command": Decision(RunStatus.PENDING, consume_commands=(timer,)),
+        }
+        for what, bad in refused.items():
+            before = observable_state(store)
+            with pytest.raises(InvalidDecision):
+                store.commit_decision(claim, 1, replace(bad, events=(NewEvent("x"),)))
+                pytest.fail(f"a decision consuming {what} was committed")
+            assert observable_state(store) == before, f"a refused decision consuming {what} wrote something"
+        own = Decision(RunStatus.BLOCKED, consume_commands=(ids["op-2"],))
+        assert store.commit_decision(claim, 1, own) is Outcome.COMMITTED
+        store.send_signal("run-1", "wake", {}, "w-1")
+        claim = self.claim_one(store)
+        before = observable_state(store)
+        with pytest.raises(InvalidDecision):
+            store.commit_decision(claim, 2, Decision(RunStatus.PENDING, consume_commands=(ids["op-2"],)))
+            pytest.fail("a command result consumed by an earlier decision was consumed again")
+        assert observable_state(store) == before
+        store.advance_test_clock(timedelta(seconds=10))
+        assert [t.timer_id for t in store.fire_due_timers()] == [timer], "the refused timer no longer fires"
+
     def test_event_operation_key_is_unique_per_run(self, store: Storage) -> None:
         """An event repeating an operation key already in the history is refused and nothing is written."""
         claim = self.started_and_claimed(store)

@@ -18,12 +18,13 @@ from kit.contract import (
     NewEvent,
     RunAlreadyExists,
     RunStatus,
+    StartResult,
     Storage,
     digest_of,
     iter_pages,
 )
 from kit.contract.outcomes import Outcome
-from kit.inspect import observable_state_from_reads
+from kit.inspect import observable_state, observable_state_from_reads
 
 __all__ = ["RunChecks"]
 
@@ -64,6 +65,21 @@ class RunChecks(AreaChecks):
         assert not again.created and again.run == first.run
         assert store.get_run("run-2") is None and store.get_run("run-1") == first.run
 
+    def test_retried_start_returns_existing_run(self, store: Storage) -> None:
+        """A retried start (same run id and key, its ack lost) returns the run as it now is, created=False, changing nothing."""
+        ref = self.define(store)
+        first = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
+        store.advance_test_clock(timedelta(seconds=1))
+        before = observable_state(store)
+        again = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
+        assert not again.created and again.run == first.run, f"the retry did not return the existing run: {again}"
+        assert observable_state(store) == before, "the retried start changed the store"
+        self.claim_one(store)
+        before = observable_state(store)
+        late = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
+        assert not late.created and late.run == store.get_run("run-1"), f"a retry after a claim did not return the run as it is: {late}"
+        assert late.run.status is RunStatus.RUNNING and observable_state(store) == before, "the late retry changed the run"
+
     def test_duplicate_run_id_is_refused(self, store: Storage) -> None:
         """Starting an existing run id without its idempotency key raises RunAlreadyExists."""
         run = self.start(store, "run-1", input={"v": 1})
@@ -83,6 +99,25 @@ class RunChecks(AreaChecks):
         assert sum(r.created for r in results) == 1
         assert len({r.run.run_id for r in results}) == 1
         assert len(list(iter_pages(stores[0]))) == 1
+
+    @requires(Capability.CONCURRENT_CONNECTIONS)
+    def test_concurrent_starts_of_one_run_id_create_one_run(self, open_store: Callable[..., Storage]) -> None:
+        """Concurrent first starts of one run id without a key create one run; every other caller gets RunAlreadyExists."""
+        stores = [open_store() for _ in range(4)]
+        ref = self.define(stores[0])
+
+        def start(store: Storage, i: int) -> StartResult | RunAlreadyExists:
+            try:
+                return store.start_run("run-1", ref, {"i": i})
+            except RunAlreadyExists as refused:
+                return refused
+
+        results = Threads.run([partial(start, s, i) for i, s in enumerate(stores)])
+        created = [r for r in results if isinstance(r, StartResult) and r.created]
+        refused = [r for r in results if isinstance(r, RunAlreadyExists)]
+        assert (len(created), len(refused)) == (1, 3), f"expected one created and three RunAlreadyExists, got {results}"
+        runs = list(iter_pages(stores[0]))
+        assert runs == [created[0].run], f"expected exactly the winner's run stored, got {runs}"
 
     def test_get_absent_run_is_none(self, store: Storage) -> None:
         """get_run() of an unknown id returns nothing."""

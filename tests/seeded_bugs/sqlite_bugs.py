@@ -229,6 +229,27 @@ IdempotencyKeyIgnored = rewrite_sql(
 
 
 # -- time -------------------------------------------------------------------
+SnapshotDropsFailedResults = rewrite_sql(
+    SqliteStore,
+    {"AND status IN ('completed', 'failed') AND consumed = 0 ORDER BY command_id":
+     "AND status = 'completed' AND consumed = 0 ORDER BY command_id"},
+    "SnapshotDropsFailedResults",
+)
+
+SeqIgnoresTenant = rewrite_sql(
+    SqliteStore,
+    {"SELECT COALESCE(MAX(seq), 0) FROM kit_events WHERE tenant_id = ? AND run_id = ?":
+     "SELECT COALESCE(MAX(seq), 0) FROM kit_events WHERE ? IS NOT NULL AND run_id = ?"},
+    "SeqIgnoresTenant",
+)
+
+ConsumeChecksOnlyOwnership = rewrite_sql(
+    SqliteStore,
+    {"AND status IN ('completed', 'failed') AND consumed = 0 AND command_id IN":
+     "AND consumed = 0 AND command_id IN"},
+    "ConsumeChecksOnlyOwnership",
+)
+
 TimerFiresEarly = rewrite_sql(
     SqliteStore,
     {
@@ -299,6 +320,13 @@ SQLITE_BUGS: tuple[SeededBug, ...] = (
     SeededBug("completion_retry_applied_twice", "a completion retried after a lost ack is applied again",
               _backend(CompletionRetryAppliedTwice),
               ("commands.second_completion_is_terminal_and_keeps_first_result",), "commands"),
+    SeededBug("snapshot_drops_failed_results", "load_claimed omits permanently failed commands",
+              _backend(SnapshotDropsFailedResults), ("claims.load_claimed_returns_exactly_the_waiting_input",), "claims"),
+    SeededBug("consume_checks_only_ownership", "a decision may consume a command that has no result yet",
+              _backend(ConsumeChecksOnlyOwnership), ("commit.consuming_unfinished_or_foreign_work_is_refused",),
+              "commit"),
+    SeededBug("seq_ignores_tenant", "the next history seq is counted over every tenant's run of that id",
+              _backend(SeqIgnoresTenant), ("tenancy.colliding_run_id_keeps_keys_per_tenant",), "tenancy"),
     SeededBug("verify_ignores_checksums", "verify_schema never compares checksums", _backend(VerifyIgnoresChecksums),
               ("schema.verify_fails_closed_on_tampered_migration",), "schema"),
 )
