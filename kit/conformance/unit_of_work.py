@@ -7,10 +7,23 @@ from collections.abc import Callable
 
 import pytest
 
-from kit.conformance._harness import AreaChecks, requires
+from kit.conformance._harness import LEASE, AreaChecks, requires
 from kit.connections import COMMIT_POINT
-from kit.contract import Capability, NotInTransaction, Storage, StorageError, TransactionRolledBack
+from kit.contract import (
+    Capability,
+    Decision,
+    NewCommand,
+    NewEvent,
+    NotInTransaction,
+    RunClaim,
+    RunStatus,
+    Storage,
+    StorageError,
+    TransactionRolledBack,
+)
+from kit.contract.outcomes import Outcome
 from kit.faults import InjectedFault
+from kit.inspect import observable_state
 
 __all__ = ["UnitOfWorkChecks"]
 
@@ -102,6 +115,46 @@ class UnitOfWorkChecks(AreaChecks):
             tx.on_commit(lambda: calls.append("x"))
             failing.start_run("a", ref)
         assert calls == [] and store.get_run("a") is None
+
+    def test_exception_rolls_back_claims_and_commits(self, store: Storage) -> None:
+        """A claim and a fenced commit made inside a failed unit roll back with it: the run is as before."""
+        self.start(store)
+        before = observable_state(store)
+        with pytest.raises(_Boom), store.transaction():
+            claim = self.claim_one(store)
+            decision = Decision(RunStatus.BLOCKED, events=(NewEvent("step"),), commands=(NewCommand("op-1", "do"),))
+            assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+            raise _Boom()
+        assert observable_state(store) == before, "a claim or commit inside the failed unit survived its rollback"
+        assert self.claim_one(store).generation == 1
+
+    @requires(Capability.SKIP_LOCKED, Capability.CONCURRENT_CONNECTIONS)
+    def test_lock_run_holds_the_row_against_claimers(self, open_store: Callable[..., Storage]) -> None:
+        """While a unit holds lock_run() on a pending run, a concurrent claimer skips that run; after it, claims it."""
+        holder, other = open_store(), open_store()
+        self.start(holder)
+        result: list[list[RunClaim]] = []
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def claim_other() -> None:
+            try:
+                result.append(other.claim_runs("other", LEASE, limit=1))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                done.set()
+
+        with holder.transaction():
+            assert holder.lock_run("run-1") is not None
+            thread = threading.Thread(target=claim_other, daemon=True)
+            thread.start()
+            returned = done.wait(10)
+        thread.join(30)
+        assert returned, "a claimer waited for the lock_run() holder's transaction instead of skipping the run"
+        assert not errors, f"a claimer failed on the row lock_run() holds: {errors[0]!r}"
+        assert result == [[]], f"a claimer took a run that lock_run() held locked: {result}"
+        assert [c.run_id for c in other.claim_runs("other", LEASE, limit=1)] == ["run-1"]
 
     def test_lock_run_outside_transaction_is_refused(self, store: Storage) -> None:
         """lock_run() outside a transaction raises NotInTransaction."""
