@@ -125,6 +125,50 @@ class CommitChecks(AreaChecks):
         assert point >= 4, f"the commit went through only {point - 1} fault points: is it hooked?"
         assert observable_state(store) != before
 
+    @requires(Capability.STATEMENT_FAULTS)
+    @pytest.mark.parametrize("operation", ["complete", "fail_for_good", "fire_timers", "signal", "cancel"])
+    def test_waking_writes_are_all_or_nothing(
+        self, open_store: Callable[..., Storage], faults: StatementFaults, operation: str
+    ) -> None:
+        """Completing or failing a command, firing a timer, a signal and a cancel request each land whole
+        (their own change and the run made runnable) or, failing at any statement, not at all."""
+        store = open_store(statement_hook=faults)
+        claim = self.started_and_claimed(store)
+        decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "do", max_attempts=1),),
+                            timers=(NewTimer("t-1", delay=timedelta(seconds=10)),))
+        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
+        command = store.claim_commands("worker", LEASE)[0]
+        if operation == "fire_timers":
+            store.advance_test_clock(timedelta(seconds=10))
+        act: Callable[[], object] = {
+            "complete": lambda: store.complete_command(command, {"done": True}),
+            "fail_for_good": lambda: store.fail_command(command, {"e": 1}, retryable=False),
+            "fire_timers": lambda: [t.operation_key for t in store.fire_due_timers()],
+            "signal": lambda: store.send_signal("run-1", "go", {}, "sig-1").created,
+            "cancel": lambda: store.request_cancel("run-1", "stop"),
+        }[operation]
+        expected = {"complete": Outcome.COMPLETED, "fail_for_good": Outcome.FAILED, "fire_timers": ["t-1"],
+                    "signal": True, "cancel": Outcome.COMMITTED}[operation]
+        before = observable_state(store)
+        point = 0
+        while True:
+            point += 1
+            faults.fail_at(point)
+            try:
+                outcome = act()
+            except StorageError:
+                faults.disarm()
+                assert observable_state(store) == before, (
+                    f"{operation} failing at statement #{point} ({faults.fired!r}) left a partial write"
+                )
+                continue
+            faults.disarm()
+            break
+        assert outcome == expected, f"{operation} answered {outcome!r} once no fault struck"
+        assert point >= 3, f"{operation} went through only {point - 1} fault points: is it hooked?"
+        run = store.get_run("run-1")
+        assert run is not None and run.status is RunStatus.PENDING, f"{operation} did not make the run runnable: {run}"
+
     @requires(Capability.KILL_SESSION, Capability.STATEMENT_FAULTS)
     def test_session_killed_mid_commit_leaves_nothing(
         self, database: Database, open_store: Callable[..., Storage]
