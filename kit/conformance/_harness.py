@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+U = TypeVar("U")
 
 LEASE = timedelta(seconds=30)
 TENANT = "tenant-a"
@@ -106,6 +108,36 @@ class Threads:
             if err is not None:
                 raise err
         return results
+
+
+    @staticmethod
+    def beside_open_transaction(
+        holder: Storage, hold: Callable[[], T], other: Callable[[], U], who: str, wait_s: float = 10.0
+    ) -> tuple[T, U]:
+        """Run ``hold`` in an open transaction of ``holder`` and, while it stays open, ``other`` on another
+        thread; return both results. The check fails if ``other`` waits for the transaction (it must skip
+        what the holder locked, not block on it) or raises (``who`` names it in the message)."""
+        result: list[U] = []
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def run_other() -> None:
+            try:
+                result.append(other())
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                done.set()
+
+        with holder.transaction():
+            held = hold()
+            thread = threading.Thread(target=run_other, daemon=True)
+            thread.start()
+            returned = done.wait(wait_s)
+        thread.join(THREAD_TIMEOUT_S)
+        assert returned, f"{who} waited for the holder's open transaction instead of skipping locked rows"
+        assert not errors, f"{who} failed instead of skipping the locked row: {errors[0]!r}"
+        return held, result[0]
 
 
 class AreaChecks:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -330,25 +329,9 @@ class ClaimChecks(AreaChecks):
         ref = self.define(holder)
         for run_id in ("run-a", "run-b", "run-c"):
             holder.start_run(run_id, ref)
-        result: list[list[RunClaim]] = []
-        errors: list[BaseException] = []
-        done = threading.Event()
-        with holder.transaction():
-            held = holder.claim_runs("holder", LEASE, limit=1)
-
-            def claim_other() -> None:
-                try:
-                    result.append(other.claim_runs("other", LEASE, limit=1))
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
-                finally:
-                    done.set()
-
-            thread = threading.Thread(target=claim_other, daemon=True)
-            thread.start()
-            returned = done.wait(10)
-        thread.join(30)
-        assert returned, "the second claimer waited for the first one's transaction (no SKIP LOCKED)"
-        assert not errors, f"the second claimer failed instead of skipping the locked row: {errors[0]!r}"
-        assert len(held) == 1 and len(result[0]) == 1
-        assert result[0][0].run_id != held[0].run_id
+        held, got = Threads.beside_open_transaction(
+            holder, partial(holder.claim_runs, "holder", LEASE, 1), partial(other.claim_runs, "other", LEASE, 1),
+            "the second claimer",
+        )
+        assert len(held) == 1 and len(got) == 1, f"expected one run each, got {held} and {got}"
+        assert got[0].run_id != held[0].run_id, "two claimers got the same run"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -322,25 +321,9 @@ class CommandChecks(AreaChecks):
         holder.commit_decision(claim, 0, Decision(
             RunStatus.BLOCKED, commands=tuple(NewCommand(key, "x") for key in ("op-a", "op-b", "op-c")),
         ))
-        result: list[list[CommandClaim]] = []
-        errors: list[BaseException] = []
-        done = threading.Event()
-        with holder.transaction():
-            held = holder.claim_commands("holder", LEASE, limit=1)
-
-            def claim_other() -> None:
-                try:
-                    result.append(other.claim_commands("other", LEASE, limit=1))
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
-                finally:
-                    done.set()
-
-            thread = threading.Thread(target=claim_other, daemon=True)
-            thread.start()
-            returned = done.wait(10)
-        thread.join(30)
-        assert returned, "the second command claimer waited for the first one's transaction (no SKIP LOCKED)"
-        assert not errors, f"the second command claimer failed instead of skipping the locked row: {errors[0]!r}"
-        assert len(held) == 1 and len(result[0]) == 1, f"expected one command each, got {held} and {result}"
-        assert result[0][0].command_id != held[0].command_id, "two claimers got the same command"
+        held, got = Threads.beside_open_transaction(
+            holder, partial(holder.claim_commands, "holder", LEASE, 1),
+            partial(other.claim_commands, "other", LEASE, 1), "the second command claimer",
+        )
+        assert len(held) == 1 and len(got) == 1, f"expected one command each, got {held} and {got}"
+        assert got[0].command_id != held[0].command_id, "two claimers got the same command"

@@ -33,6 +33,29 @@ from kit.inspect import observable_state
 __all__ = ["CommitChecks"]
 
 
+def _first_success_under_faults(
+    store: Storage, faults: StatementFaults, what: str, min_points: int, act: Callable[[], object]
+) -> object:
+    """Fail ``act`` at its 1st, 2nd, ... statement until it succeeds; after each failure the store must be
+    exactly as before. Returns what the first unfailed attempt answered."""
+    before = observable_state(store)
+    point = 0
+    while True:
+        point += 1
+        faults.fail_at(point)
+        try:
+            outcome = act()
+        except StorageError:
+            faults.disarm()
+            assert observable_state(store) == before, (
+                f"{what} failing at statement #{point} ({faults.fired!r}) left a partial write"
+            )
+            continue
+        faults.disarm()
+        assert point >= min_points, f"{what} went through only {point - 1} fault points: is it hooked?"
+        return outcome
+
+
 def _killer(database: Database, worker: Storage) -> Callable[[str], None]:
     """A fault action that kills ``worker``'s server session at the statement it fires on."""
     def kill(_statement: str) -> None:
@@ -107,22 +130,9 @@ class CommitChecks(AreaChecks):
             consume_commands=(command,),
         )
         before = observable_state(store)
-        point = 0
-        while True:
-            point += 1
-            faults.fail_at(point)
-            try:
-                outcome = store.commit_decision(claim, claim.revision, decision)
-            except StorageError:
-                faults.disarm()
-                assert observable_state(store) == before, (
-                    f"a commit failing at statement #{point} ({faults.fired!r}) left a partial write"
-                )
-                continue
-            faults.disarm()
-            break
+        outcome = _first_success_under_faults(store, faults, "a commit", 4,
+                                              partial(store.commit_decision, claim, claim.revision, decision))
         assert outcome is Outcome.COMMITTED
-        assert point >= 4, f"the commit went through only {point - 1} fault points: is it hooked?"
         assert observable_state(store) != before
 
     @requires(Capability.STATEMENT_FAULTS)
@@ -149,23 +159,8 @@ class CommitChecks(AreaChecks):
         }[operation]
         expected = {"complete": Outcome.COMPLETED, "fail_for_good": Outcome.FAILED, "fire_timers": ["t-1"],
                     "signal": True, "cancel": Outcome.COMMITTED}[operation]
-        before = observable_state(store)
-        point = 0
-        while True:
-            point += 1
-            faults.fail_at(point)
-            try:
-                outcome = act()
-            except StorageError:
-                faults.disarm()
-                assert observable_state(store) == before, (
-                    f"{operation} failing at statement #{point} ({faults.fired!r}) left a partial write"
-                )
-                continue
-            faults.disarm()
-            break
+        outcome = _first_success_under_faults(store, faults, operation, 3, act)
         assert outcome == expected, f"{operation} answered {outcome!r} once no fault struck"
-        assert point >= 3, f"{operation} went through only {point - 1} fault points: is it hooked?"
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.PENDING, f"{operation} did not make the run runnable: {run}"
 

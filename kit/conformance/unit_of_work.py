@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
-from kit.conformance._harness import LEASE, AreaChecks, requires
+from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
 from kit.connections import COMMIT_POINT
 from kit.contract import (
     Capability,
@@ -15,7 +16,6 @@ from kit.contract import (
     NewCommand,
     NewEvent,
     NotInTransaction,
-    RunClaim,
     RunStatus,
     Storage,
     StorageError,
@@ -133,27 +133,12 @@ class UnitOfWorkChecks(AreaChecks):
         """While a unit holds lock_run() on a pending run, a concurrent claimer skips that run; after it, claims it."""
         holder, other = open_store(), open_store()
         self.start(holder)
-        result: list[list[RunClaim]] = []
-        errors: list[BaseException] = []
-        done = threading.Event()
-
-        def claim_other() -> None:
-            try:
-                result.append(other.claim_runs("other", LEASE, limit=1))
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-            finally:
-                done.set()
-
-        with holder.transaction():
-            assert holder.lock_run("run-1") is not None
-            thread = threading.Thread(target=claim_other, daemon=True)
-            thread.start()
-            returned = done.wait(10)
-        thread.join(30)
-        assert returned, "a claimer waited for the lock_run() holder's transaction instead of skipping the run"
-        assert not errors, f"a claimer failed on the row lock_run() holds: {errors[0]!r}"
-        assert result == [[]], f"a claimer took a run that lock_run() held locked: {result}"
+        locked, got = Threads.beside_open_transaction(
+            holder, partial(holder.lock_run, "run-1"), partial(other.claim_runs, "other", LEASE, 1),
+            "a claimer beside lock_run()",
+        )
+        assert locked is not None, "lock_run() found no run to lock"
+        assert got == [], f"a claimer took a run that lock_run() held locked: {got}"
         assert [c.run_id for c in other.claim_runs("other", LEASE, limit=1)] == ["run-1"]
 
     def test_lock_run_outside_transaction_is_refused(self, store: Storage) -> None:
