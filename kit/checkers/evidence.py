@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit.checkers.index import HistoryIndex, Op
+from kit.checkers.model import Findings
 from kit.checkers.state import FinalState
 from kit.runtime.module import Registry
 from kit.runtime.scenarios import SCENARIOS, Scenario
 from kit.workload.history import OK
 
-__all__ = ["Evidence", "scenario_from_run_id"]
+__all__ = ["Evidence", "plain", "scenario_from_run_id"]
 
 _INVARIANT = re.compile(r"\(invariant (\d+)")
 _RUN = re.compile(r"run '([^']+)'")
@@ -87,6 +88,13 @@ class Evidence:
             found[int(match.group(1)) if match else 0].append(sentence)
         return found
 
+    def findings(self, invariant: int, name: str) -> Findings:
+        """A checker's findings, starting with what the fault machines' invariant checks say of the final state."""
+        found = Findings(invariant, name)
+        for sentence in self.machine(invariant):
+            found.violation(sentence, *self.machine_witness(sentence))
+        return found
+
     def machine_witness(self, sentence: str) -> tuple[dict[str, Any], ...]:
         """The witness of a fault-machine sentence: the run's state and the operations it names."""
         run_match = _RUN.search(sentence)
@@ -113,10 +121,11 @@ class Evidence:
             return {"state": {"tenant": tenant, "run": run_id, "present": False}}
         run = state["run"]
         shown = {k: run.get(k) for k in (fields or ("status", "revision", "claim_owner", "claim_generation"))}
-        return {"state": {"tenant": tenant, "run": run_id, **{k: _plain(v) for k, v in shown.items()}}}
+        return {"state": {"tenant": tenant, "run": run_id, **{k: plain(v) for k, v in shown.items()}}}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A state value as JSON-ish data: an enum's value, a datetime's ISO text, anything else as it is."""
     if hasattr(value, "value"):
         return value.value
     if hasattr(value, "isoformat"):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from kit.checkers.evidence import Evidence
+from kit.checkers.evidence import Evidence, plain
 from kit.checkers.index import Op, store_time
-from kit.checkers.model import Findings, Verdict
+from kit.checkers.model import Verdict
 from kit.contract.validation import json_equal
 from kit.workload.history import OK
 
@@ -28,15 +28,9 @@ __all__ = ["check_consumption", "check_dedup", "check_durable"]
 _CONSUMED = (("consume_signals", "signal"), ("consume_commands", "command result"), ("consume_timers", "fired timer"))
 
 
-def _plain(v: object) -> object:
-    return getattr(v, "value", v)
-
-
 def check_consumption(ev: Evidence) -> Verdict:
     """Invariant 5: each signal, command result and fired timer is consumed at most once; timers fire once, on time."""
-    f = Findings(5, "exactly_once_consumption")
-    for sentence in ev.machine(5):
-        f.violation(sentence, *ev.machine_witness(sentence))
+    f = ev.findings(5, "exactly_once_consumption")
     for tenant, run_id, state in ev.state.runs():
         f.checked += 1
         ok, unknown = ev.commits(tenant, run_id)
@@ -56,7 +50,7 @@ def check_consumption(ev: Evidence) -> Verdict:
                             f"{int(b.args['expected_revision']) + 1} ({b.where()})", a.ref(), b.ref(), at=b.t)
         for row in state["signal_rows"]:
             sid = str(row["signal_id"])
-            if _plain(row["status"]) != "consumed":
+            if plain(row["status"]) != "consumed":
                 continue
             if sid not in possible["consume_signals"]:
                 f.violation(f"signal {sid} ({row['dedup_key']}) of run {run_id} is consumed at revision "
@@ -75,7 +69,7 @@ def check_consumption(ev: Evidence) -> Verdict:
                             "consumed but no decision in the history consumed it",
                             {"state": {"tenant": tenant, "run": run_id, "command": _json_row(row)}}, at=float("inf"))
         for row in state["timer_rows"]:
-            if _plain(row["status"]) == "consumed" and str(row["timer_id"]) not in possible["consume_timers"]:
+            if plain(row["status"]) == "consumed" and str(row["timer_id"]) not in possible["consume_timers"]:
                 f.violation(f"timer {row['timer_id']} ({row['operation_key']}) of run {run_id} is consumed but no "
                             "decision in the history consumed it",
                             {"state": {"tenant": tenant, "run": run_id, "timer": _json_row(row)}}, at=float("inf"))
@@ -98,15 +92,13 @@ def check_consumption(ev: Evidence) -> Verdict:
 
 
 def _json_row(row: dict[str, object]) -> dict[str, object]:
-    return {k: (_plain(v) if not hasattr(v, "isoformat") else v.isoformat()) for k, v in row.items()
+    return {k: plain(v) for k, v in row.items()
             if k not in ("input", "result", "error", "payload")}
 
 
 def check_dedup(ev: Evidence) -> Verdict:
     """Invariant 6: one run per idempotency key, one signal per dedup key, one command and timer per operation key."""
-    f = Findings(6, "deduplication")
-    for sentence in ev.machine(6):
-        f.violation(sentence, *ev.machine_witness(sentence))
+    f = ev.findings(6, "deduplication")
     for tenant, runs in ev.state.tenants.items():
         by_key: dict[str, list[str]] = defaultdict(list)
         for run_id, state in runs.items():
@@ -140,9 +132,7 @@ def check_dedup(ev: Evidence) -> Verdict:
 
 def check_durable(ev: Evidence) -> Verdict:
     """Invariant 7: every acknowledged start, signal, completion and commit is present; nothing rejected is."""
-    f = Findings(7, "acknowledged_durable")
-    for sentence in ev.machine(7):
-        f.violation(sentence, *ev.machine_witness(sentence))
+    f = ev.findings(7, "acknowledged_durable")
     for op in ev.history.ok("start"):
         f.checked += 1
         state = ev.state.run(op.tenant, str(op.run))
@@ -170,7 +160,7 @@ def check_durable(ev: Evidence) -> Verdict:
             want = "completed" if op.f == "complete" else ("failed" if op.value == "failed" else None)
             if want is None:
                 continue
-            status = _plain(row["status"]) if row else None
+            status = plain(row["status"]) if row else None
             if status != want:
                 f.violation(f"command {command} of run {run_id} was acknowledged {want} ({op.where()}) but is "
                             f"{status or 'gone'}", op.ref(), at=op.t)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from itertools import pairwise
 
-from kit.checkers.evidence import Evidence
+from kit.checkers.evidence import Evidence, plain
 from kit.checkers.index import Op
 from kit.checkers.model import Findings, Verdict
 from kit.contract.validation import json_equal
@@ -27,15 +27,9 @@ __all__ = ["check_history", "check_revisions", "check_terminal"]
 _TERMINAL = ("completed", "failed", "cancelled")
 
 
-def _value(v: object) -> object:
-    return getattr(v, "value", v)
-
-
 def check_history(ev: Evidence) -> Verdict:
     """Invariant 1: history per run is seq 1..n, contiguous, no duplicates, append-only."""
-    f = Findings(1, "history_append_only")
-    for sentence in ev.machine(1):
-        f.violation(sentence, *ev.machine_witness(sentence))
+    f = ev.findings(1, "history_append_only")
     for tenant, run_id, state in ev.state.runs():
         f.checked += 1
         events = state["history"]
@@ -124,9 +118,9 @@ def check_terminal(ev: Evidence) -> Verdict:
         state = ev.state.run(tenant, run_id)
         if state is not None:
             run = state["run"]
-            changed = [f"{name} {_value(run[name])!r}" for name, want in (
+            changed = [f"{name} {plain(run[name])!r}" for name, want in (
                 ("status", status), ("revision", v), ("output", end.args.get("output")),
-                ("error", end.args.get("error"))) if not json_equal(_value(run[name]), want)]
+                ("error", end.args.get("error"))) if not json_equal(plain(run[name]), want)]
             if changed:
                 f.violation(f"run {run_id} ended {status} at revision {v} (generation {end.gen}, {end.where()}) "
                             f"but now has {', '.join(changed)}",
