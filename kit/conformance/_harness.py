@@ -26,6 +26,7 @@ from kit.contract import (
     NewCommand,
     NewEvent,
     NewTimer,
+    Promise,
     Run,
     RunClaim,
     RunStatus,
@@ -39,9 +40,11 @@ __all__ = [
     "LEASE",
     "TENANT",
     "AreaChecks",
+    "Need",
     "Threads",
     "check_id",
     "requires",
+    "store_clock",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,8 +57,18 @@ THREAD_TIMEOUT_S = 60.0
 """How long a thread of a concurrency check may take before the check calls it stuck."""
 
 
-def requires(*capabilities: Capability) -> Callable[[F], F]:
-    """Declare the capabilities a check needs; undeclared ones skip it as unsupported."""
+Need = Capability | Promise
+"""What a check may require: a capability of the store's environment or a promise of the store."""
+
+
+def requires(*capabilities: Need) -> Callable[[F], F]:
+    """Declare the capabilities and promises a check needs.
+
+    A promise the store does not make skips the check as ``not-promised``; an
+    undeclared capability skips it as ``unsupported``. A check that moves or
+    sets the test clock must name :attr:`Capability.TEST_CLOCK`; every other
+    check runs on the database clock when the store has no test clock.
+    """
 
     def mark(fn: F) -> F:
         if isinstance(fn, type):  # a whole area: mark each check it defines
@@ -63,11 +76,20 @@ def requires(*capabilities: Capability) -> Callable[[F], F]:
                 if name.startswith("test_") and callable(member):
                     mark(member)
             return fn
-        existing: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
+        existing: tuple[Need, ...] = getattr(fn, "kit_requires", ())
         fn.kit_requires = existing + capabilities  # type: ignore[attr-defined]
         return fn
 
     return mark
+
+
+def store_clock(backend: Backend) -> ClockMode:
+    """The clock the checks' stores run on: the test clock if declared, else the database clock."""
+    if Capability.TEST_CLOCK in backend.capabilities:
+        return ClockMode.TEST
+    if Capability.DATABASE_CLOCK in backend.capabilities:
+        return ClockMode.DATABASE
+    pytest.skip(f"unsupported: backend {backend.name!r} declares neither test_clock nor database_clock")
 
 
 def check_id(cls: type, function_name: str) -> str:
@@ -148,10 +170,16 @@ class AreaChecks:
     # -- fixtures ---------------------------------------------------------
     @pytest.fixture(autouse=True)
     def _kit_gate(self, request: pytest.FixtureRequest, kit_backend: Backend) -> None:
-        """Skip checks whose capabilities are undeclared; mark declared expected failures strict."""
+        """Skip checks whose promises are not made (not-promised) or whose capabilities are
+        undeclared (unsupported); mark declared expected failures strict."""
         fn = request.function
-        needed: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
-        missing = kit_backend.capabilities.missing(needed)
+        needed: tuple[Need, ...] = getattr(fn, "kit_requires", ())
+        caps = kit_backend.capabilities
+        unpromised = caps.not_promised(needed)
+        if unpromised:
+            names = ", ".join(p.value for p in unpromised)
+            pytest.skip(f"not-promised: backend {kit_backend.name!r} does not promise {names}")
+        missing = caps.missing(needed)
         if missing:
             names = ", ".join(c.value for c in missing)
             pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare {names}")
@@ -170,13 +198,16 @@ class AreaChecks:
 
     @pytest.fixture
     def open_store(self, database: Database, kit_backend: Backend) -> Iterator[Callable[..., Storage]]:
-        """Open more migrated stores on the test's database (closed at teardown)."""
+        """Open more migrated stores on the test's database (closed at teardown).
+
+        They run on the test clock when the store has one, else on the database clock
+        (a check that moves the clock requires ``test_clock`` and was skipped already).
+        """
         opened: list[Storage] = []
-        if Capability.TEST_CLOCK not in kit_backend.capabilities:
-            pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare test_clock")
+        clock = store_clock(kit_backend)
 
         def open_(tenant: str = TENANT, migrate: bool = True, **kwargs: Any) -> Storage:
-            kwargs.setdefault("clock", ClockMode.TEST)
+            kwargs.setdefault("clock", clock)
             store = database.open(tenant, **kwargs)
             opened.append(store)
             if migrate:
