@@ -55,6 +55,8 @@ class SkipKind(str, enum.Enum):
     UNSUPPORTED = "unsupported"
     EXPECTED_FAILURE = "expected-failure"
     NOT_REACHABLE = "not-reachable"
+    NOT_PROMISED = "not-promised"
+    """The store does not make the promise the check needs (a different store, not a failure)."""
 
 
 @dataclass(frozen=True)
