@@ -61,7 +61,7 @@ class QueueClaimChecks(QueueAreaChecks):
         assert again in _REFUSED, f"a repeated completion answered {again.value}"
         late = store.fail(claim, {"err": "late"}, retry=True)
         assert late in _REFUSED, f"a failure after completion answered {late.value}"
-        assert store.heartbeat(claim) is not Outcome.RENEWED, "a heartbeat renewed a completed job"
+        store.heartbeat(claim)  # whether a finished claim's heartbeat is refused is fenced_acks' business
         assert store.claim("w2") is None, "a completed job was claimed again"
         assert store.get(claim.job_id) == before, "a completed job changed after a refused call"
 
@@ -165,6 +165,16 @@ class QueueClaimChecks(QueueAreaChecks):
             assert got is not None and got.status is JobStatus.RUNNING, f"a heartbeating worker's job is {got}"
             return
         raise AssertionError("three tries were inconclusive: the machine paused longer than the stall time")
+
+    @promises(QueuePromise.FENCED_ACKS)
+    def test_finished_claim_is_refused(self, store: QueueStore) -> None:
+        """Once a job is completed, its claim's heartbeat, completion and failure are all refused."""
+        store.enqueue("default", "t")
+        claim = self.claim_one(store)
+        assert store.complete(claim) is Outcome.COMPLETED
+        for name, answer in (("heartbeat", store.heartbeat(claim)), ("complete", store.complete(claim)),
+                             ("fail", store.fail(claim, retry=True))):
+            assert answer in _REFUSED, f"the {name} of a completed job's claim answered {answer.value}"
 
     @promises(QueuePromise.STALLED_RECOVERY, QueuePromise.FENCED_ACKS)
     def test_stale_worker_cannot_complete(self, open_store: Callable[..., QueueStore],

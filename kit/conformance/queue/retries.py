@@ -32,6 +32,20 @@ class QueueRetryChecks(QueueAreaChecks):
         assert len(keyed) == 1, f"{len(keyed)} jobs hold key order-42"
         assert keyed[0].payload == {"n": 1}, "the duplicate enqueue overwrote the waiting job's payload"
 
+    @promises(QueuePromise.DEDUP_KEYS, QueuePromise.RETRY_BACKOFF)
+    def test_retry_is_not_blocked_by_a_newer_job_with_its_key(self, store: QueueStore) -> None:
+        """A running keyed job whose key a newer waiting job took (legal: the first was no longer
+        waiting) can still fail and be retried: the worker's acknowledgement is accepted, and the job
+        does not stay running with nobody working on it."""
+        first = store.enqueue("default", "t", 1, key="nightly-report").job
+        claim = self.claim_one(store)
+        newer = store.enqueue("default", "t", 2, key="nightly-report")
+        assert newer.created, "a key blocked an enqueue although its job was running, not waiting"
+        answer = store.fail(claim, {"err": "flaky"}, retry=True)
+        assert answer in (Outcome.RETRY_SCHEDULED, Outcome.FAILED), f"the retry answered {answer.value}"
+        got = store.get(first.job_id)
+        assert got is not None and got.status is not JobStatus.RUNNING, f"after its retry the job is {got}"
+
     @promises(QueuePromise.RETRY_BACKOFF)
     def test_retry_waits_for_the_backoff(self, open_store: Callable[..., QueueStore]) -> None:
         """A failure asking for a retry re-queues the job with one more attempt, not claimable before
