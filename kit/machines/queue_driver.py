@@ -120,7 +120,6 @@ class QueueDriver:
     def _claim(self, index: int, step: dict[str, Any]) -> str:
         before = self.store.now()
         claim = self.store.claim(step["worker"])
-        after = self.store.now()
         if claim is None:
             return "nothing"
         job = claim.job_id
@@ -133,7 +132,8 @@ class QueueDriver:
             self._violation(index, "double_claim", f"{claim.worker} claimed job {job} while claim #{held} of "
                        f"{other.worker} was still live (not finished, not recovered)")
         due = self._not_before.get(job)
-        if due is not None and after < due:
+        after = self.store.now() if due is not None else None  # read only when a bound needs it
+        if due is not None and after is not None and after < due:
             self._violation(index, "claimed_early", f"{claim.worker} claimed job {job} at {after} or earlier, "
                        f"before its time {due} (backoff or delay)")
         self._not_before.pop(job, None)
@@ -190,7 +190,8 @@ class QueueDriver:
             if not step["retry"]:
                 self._violation(index, "unasked_retry", f"a failure asking for no retry re-queued job {claim.job_id}")
             job = self.store.get(claim.job_id)
-            if job is not None and self.has(QueuePromise.RETRY_LIMIT) and job.attempts >= MACHINE_POLICY.max_attempts:
+            if live and job is not None and self.has(QueuePromise.RETRY_LIMIT) \
+                    and job.attempts >= MACHINE_POLICY.max_attempts:
                 self._violation(index, "retry_beyond_limit", f"job {claim.job_id} was re-queued after {job.attempts} "
                            f"attempts, max_attempts {MACHINE_POLICY.max_attempts}")
             if self.has(QueuePromise.RETRY_BACKOFF):

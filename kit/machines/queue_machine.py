@@ -1,6 +1,10 @@
 """The queue fault machine: Hypothesis drives a queue store through crashes, duplicate deliveries,
 stale completions and lost acknowledgements; :class:`~kit.machines.queue_driver.QueueDriver`
 checks the invariants after every step. Failures shrink, save a bundle (``kind: queue``) and replay.
+
+Shrinking works on the recorded step list, not inside Hypothesis: remove chunks of steps, halving
+the chunk, while the same invariant still breaks, within a time budget. A store on a real database
+pays a round trip per call, and Hypothesis' own shrinker may take minutes there.
 """
 
 from __future__ import annotations
@@ -151,9 +155,12 @@ class QueueMachineOutcome:
         return self.failure is None and self.error is None
 
 
+SHRINK_BUDGET_S = 20.0
+
+
 def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", seed_value: int = 0,
                       shrink: bool = True) -> QueueMachineOutcome:
-    """Run the queue machine against ``backend``; a failure is the last (shrunk) step list."""
+    """Run the queue machine against ``backend``; a failure is the first failing step list, shrunk."""
     chosen = QUEUE_PROFILES[profile] if isinstance(profile, str) else profile
     machine = type("QueueMachine", (_QueueMachine,), {"backend": backend, "failures": [], "examples": [0],
                                                        "pool": []})
@@ -161,17 +168,59 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
     started = time.monotonic()
     outcome = QueueMachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+        run_state_machine_as_test(machine, settings=chosen.settings(shrink=False))
     except QueueViolation:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
         outcome.error = f"{type(exc).__name__}: {exc}"
+    try:
+        if outcome.failure is not None and shrink:
+            outcome.failure = _shrink(backend, outcome.failure, machine._database)
     finally:
         for database in machine.pool:
             database.drop()
     outcome.examples = machine.examples[0]
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+def _shrink(backend: QueueBackend, failure: dict[str, Any],
+            database: Callable[[], QueueDatabase]) -> dict[str, Any]:
+    """The shortest step list found (within :data:`SHRINK_BUDGET_S`) that breaks the same invariant."""
+    kind = failure["divergence"]["kind"]
+    best = failure
+    deadline = time.monotonic() + SHRINK_BUDGET_S
+
+    def attempt(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+        driver = QueueDriver(backend, database())
+        try:
+            for step in steps:
+                driver.apply(step)
+        except QueueViolation as exc:
+            if exc.kind == kind:
+                return {"steps": list(driver.steps), "divergence": exc.to_json(), "message": str(exc)}
+        except (IndexError, KeyError):  # a step names a claim that a removed step made
+            return None
+        finally:
+            driver.close()
+        return None
+
+    chunk = max(len(best["steps"]) // 2, 1)
+    while time.monotonic() < deadline:
+        steps = best["steps"]
+        shrunk = False
+        start = len(steps) - 1 - chunk  # never remove the failing step itself; try later steps first
+        while start >= 0 and time.monotonic() < deadline:
+            found = attempt(steps[:start] + steps[start + chunk:])
+            if found is not None:
+                best, steps, shrunk = found, found["steps"], True
+            start -= chunk
+            start = min(start, len(steps) - 1 - chunk)
+        if not shrunk:
+            if chunk == 1:
+                break
+            chunk = max(chunk // 2, 1)
+    return best
 
 
 def replay_queue(bundle: dict[str, Any], backend: QueueBackend,

@@ -66,7 +66,8 @@ class QueueClaimChecks(QueueAreaChecks):
         assert store.get(claim.job_id) == before, "a completed job changed after a refused call"
 
     def test_fail_without_retry_fails_for_good(self, store: QueueStore) -> None:
-        """A failure that asks for no retry fails the job for good: never claimable again."""
+        """A failure that asks for no retry fails the job for good: never claimable again, and a late
+        completion or a late failure asking for a retry (a repeated acknowledgement) changes nothing."""
         store.enqueue("default", "t")
         claim = self.claim_one(store)
         assert store.fail(claim, {"err": "boom"}, retry=False) is Outcome.FAILED
@@ -74,7 +75,9 @@ class QueueClaimChecks(QueueAreaChecks):
         assert job is not None and job.status is JobStatus.FAILED, f"a job failed for good is {job}"
         assert store.claim("w2") is None, "a job that failed for good was claimed again"
         assert store.complete(claim) in _REFUSED, "a failed job accepted a completion"
-        assert store.get(claim.job_id) == job
+        late = store.fail(claim, {"err": "again"}, retry=True)
+        assert late in _REFUSED, f"a late failure asking for a retry answered {late.value}"
+        assert store.get(claim.job_id) == job, "a job that failed for good changed after a refused call"
 
     def test_list_and_get_agree(self, store: QueueStore) -> None:
         """list (whole, by queue, by status) and get show the same jobs in the same states."""
