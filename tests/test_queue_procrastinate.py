@@ -12,14 +12,14 @@ import pytest
 pytest.importorskip("procrastinate", reason="procrastinate is not installed: pip install "
                     "'durable-storage-kit[procrastinate]' (the test extra installs it)")
 
-from kit.contract.capabilities import SkipKind  # noqa: E402
-from kit.pytest_plugin import skip_module_unless_reachable  # noqa: E402
-from kit.queue import JobStatus, QueuePromise  # noqa: E402
-from kit.runner import run_suite  # noqa: E402
+from kit.contract.capabilities import SkipKind
+from kit.pytest_plugin import skip_module_unless_reachable
+from kit.queue import JobStatus, QueuePromise
+from kit.runner import run_suite
 
 skip_module_unless_reachable("postgres")
 
-from adapters.thirdparty.procrastinate import PROMISES, discover  # noqa: E402
+from adapters.thirdparty.procrastinate import PROMISES, discover
 
 FINDINGS = {
     # a late retry re-queues a job that failed for good (retry_job accepts 'failed' jobs)

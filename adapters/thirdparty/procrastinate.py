@@ -44,7 +44,16 @@ from kit.contract.errors import BackendUnavailable, ClockModeError, InvalidArgum
 from kit.contract.outcomes import Outcome
 from kit.discovery import ServerHandle
 from kit.discovery import discover as discover_server
-from kit.queue import Enqueued, Job, JobClaim, JobStatus, QueuePolicy, QueuePromise, QueuePromises
+from kit.queue import (
+    DEFAULT_POLICY,
+    Enqueued,
+    Job,
+    JobClaim,
+    JobStatus,
+    QueuePolicy,
+    QueuePromise,
+    QueuePromises,
+)
 
 try:
     import procrastinate
@@ -52,7 +61,6 @@ try:
     from procrastinate import exceptions as p_exceptions
     from procrastinate import jobs as p_jobs
     from procrastinate import retry as p_retry
-    from procrastinate import utils as p_utils
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised only without the extra
     _IMPORT_ERROR: ModuleNotFoundError | None = _missing
 else:
@@ -261,7 +269,7 @@ class ProcrastinateDatabase:
     def connection_kwargs(self) -> dict[str, Any]:
         return self._backend.connection_kwargs(self.schema)
 
-    def open(self, policy: QueuePolicy = QueuePolicy()) -> ProcrastinateStore:
+    def open(self, policy: QueuePolicy = DEFAULT_POLICY) -> ProcrastinateStore:
         return ProcrastinateStore(self, policy)
 
     def worker_id(self, name: str, store: ProcrastinateStore) -> int:
@@ -330,7 +338,7 @@ class ProcrastinateBackend:
 
     def admin(self, sql: str, schema: str | None = None) -> None:
         with psycopg.connect(**self.connection_kwargs(schema), autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def provision(self) -> ProcrastinateDatabase:
         self._ensure_database()
@@ -354,7 +362,7 @@ class ProcrastinateBackend:
         with psycopg.connect(**{**self._params, "application_name": application_name(None)},
                              autocommit=True) as conn:
             conn.execute(  # only the kit's own sessions on the kit's database
-                "SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "  # type: ignore[arg-type]
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_catalog.pg_stat_activity "
                 f"WHERE datname = '{self.database_name}' AND pid <> pg_backend_pid() AND {where}"
             )
 

@@ -30,7 +30,16 @@ from typing import Any
 
 from kit.contract.errors import StorageError
 from kit.contract.outcomes import Outcome
-from kit.queue import Job, JobClaim, JobStatus, QueueBackend, QueueDatabase, QueuePolicy, QueuePromise, QueueStore
+from kit.queue import (
+    Job,
+    JobClaim,
+    JobStatus,
+    QueueBackend,
+    QueueDatabase,
+    QueuePolicy,
+    QueuePromise,
+    QueueStore,
+)
 
 __all__ = ["MACHINE_POLICY", "QueueDriver", "QueueViolation"]
 
@@ -246,9 +255,9 @@ class QueueDriver:
                 self._final.setdefault(job.job_id, job)
                 self._live.pop(job.job_id, None)  # ended by someone: a non-fenced stale ack, say
         for job_id, number in self._live.items():
-            job = by_id.get(job_id)
-            if job is None or job.status is not JobStatus.RUNNING:
-                self._violation(index, "live_claim_lost", f"job {job_id} is {job.status.value if job else 'gone'} "
+            held = by_id.get(job_id)
+            if held is None or held.status is not JobStatus.RUNNING:
+                self._violation(index, "live_claim_lost", f"job {job_id} is {held.status.value if held else 'gone'} "
                            f"while claim #{number} still holds it (nobody finished or recovered it)")
         self._waiting_keys = {j.key for j in jobs if j.key is not None and j.status is JobStatus.QUEUED}
         for job in jobs[index % len(jobs):][:1] if jobs else ():  # one job per step, in turn

@@ -162,8 +162,8 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
                       shrink: bool = True) -> QueueMachineOutcome:
     """Run the queue machine against ``backend``; a failure is the first failing step list, shrunk."""
     chosen = QUEUE_PROFILES[profile] if isinstance(profile, str) else profile
-    machine = type("QueueMachine", (_QueueMachine,), {"backend": backend, "failures": [], "examples": [0],
-                                                       "pool": []})
+    machine: type[_QueueMachine] = type("QueueMachine", (_QueueMachine,), {
+        "backend": backend, "failures": [], "examples": [0], "pool": []})
     seed(seed_value)(machine)
     started = time.monotonic()
     outcome = QueueMachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)

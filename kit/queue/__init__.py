@@ -5,11 +5,12 @@ An adapter for a job queue implements :class:`QueueBackend` (``queue_promises``,
 checks and the queue fault machine against it.
 """
 
-from kit.queue.entities import Enqueued, Job, JobClaim, JobStatus, QueuePolicy
+from kit.queue.entities import DEFAULT_POLICY, Enqueued, Job, JobClaim, JobStatus, QueuePolicy
 from kit.queue.promises import NOT_PROMISED, QueuePromise, QueuePromises
 from kit.queue.protocol import QueueBackend, QueueDatabase, QueueStore, is_queue_backend
 
 __all__ = [
+    "DEFAULT_POLICY",
     "NOT_PROMISED",
     "Enqueued",
     "Job",

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from kit.contract.entities import JSON
 
-__all__ = ["Enqueued", "Job", "JobClaim", "JobStatus", "QueuePolicy"]
+__all__ = ["DEFAULT_POLICY", "Enqueued", "Job", "JobClaim", "JobStatus", "QueuePolicy"]
 
 
 class JobStatus(str, enum.Enum):
@@ -85,3 +85,7 @@ class QueuePolicy:
 
     max_attempts: int = 3
     backoff: timedelta = timedelta(seconds=1)
+
+
+DEFAULT_POLICY = QueuePolicy()
+"""The policy a store is opened with when none is given: 3 attempts, 1 s apart."""

@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from kit.contract.entities import JSON
 from kit.contract.outcomes import Outcome
-from kit.queue.entities import Enqueued, Job, JobClaim, JobStatus, QueuePolicy
+from kit.queue.entities import DEFAULT_POLICY, Enqueued, Job, JobClaim, JobStatus, QueuePolicy
 from kit.queue.promises import QueuePromises
 
 __all__ = ["QueueBackend", "QueueDatabase", "QueueStore", "is_queue_backend"]
@@ -72,7 +72,7 @@ class QueueStore(Protocol):
 class QueueDatabase(Protocol):
     label: str
 
-    def open(self, policy: QueuePolicy = QueuePolicy()) -> QueueStore:
+    def open(self, policy: QueuePolicy = DEFAULT_POLICY) -> QueueStore:
         """A new store with its own connection, on this database's schema, under ``policy``."""
 
     def drop(self) -> None: ...

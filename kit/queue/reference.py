@@ -13,11 +13,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import TypeAlias
 
 from kit.contract.entities import JSON
 from kit.contract.errors import ClockModeError, InvalidArgument
 from kit.contract.outcomes import Outcome
-from kit.queue.entities import Enqueued, Job, JobClaim, JobStatus, QueuePolicy
+from kit.queue.entities import DEFAULT_POLICY, Enqueued, Job, JobClaim, JobStatus, QueuePolicy
 from kit.queue.promises import QueuePromise, QueuePromises
 
 __all__ = ["MemoryQueueBackend", "MemoryQueueDatabase", "MemoryQueueStore"]
@@ -30,6 +31,11 @@ class _Record:
     job: Job
     generation: int = 0
     last_beat: datetime = EPOCH
+
+
+_Records: TypeAlias = "list[_Record]"
+_Jobs: TypeAlias = "list[Job]"
+_Ids: TypeAlias = "list[str]"
 
 
 class _State:
@@ -120,7 +126,7 @@ class MemoryQueueStore:
             record.job = replace(record.job, status=JobStatus.FAILED, attempts=attempts, worker=None)
             return Outcome.FAILED
 
-    def recover(self, stalled_after: timedelta) -> list[str]:
+    def recover(self, stalled_after: timedelta) -> _Ids:
         with self._state.lock:
             recovered = []
             for record in self._state.jobs.values():
@@ -135,13 +141,13 @@ class MemoryQueueStore:
             record = self._state.jobs.get(job_id)
             return self._copy(record.job) if record else None
 
-    def list(self, queue: str | None = None, status: JobStatus | None = None) -> list[Job]:
+    def list(self, queue: str | None = None, status: JobStatus | None = None) -> _Jobs:
         with self._state.lock:
             return [self._copy(r.job) for r in self._state.jobs.values()
                     if (queue is None or r.job.queue == queue) and (status is None or r.job.status is status)]
 
     # -- helpers (seeded bugs override these) -------------------------------
-    def _claimable(self, queues: Sequence[str] | None) -> list[_Record]:
+    def _claimable(self, queues: Sequence[str] | None) -> _Records:
         held = {r.job.lock for r in self._state.jobs.values()
                 if r.job.status is JobStatus.RUNNING and r.job.lock is not None}
         return [
@@ -178,7 +184,7 @@ class MemoryQueueDatabase:
         if store_class is not None:
             self.store_class = store_class
 
-    def open(self, policy: QueuePolicy = QueuePolicy()) -> MemoryQueueStore:
+    def open(self, policy: QueuePolicy = DEFAULT_POLICY) -> MemoryQueueStore:
         return self.store_class(self._state, policy)
 
     def drop(self) -> None:

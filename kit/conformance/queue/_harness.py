@@ -15,7 +15,16 @@ from typing import Any, TypeVar
 import pytest
 
 from kit.conformance._harness import AreaChecks
-from kit.queue import NOT_PROMISED, JobClaim, QueueBackend, QueueDatabase, QueuePolicy, QueuePromise, QueueStore
+from kit.queue import (
+    DEFAULT_POLICY,
+    NOT_PROMISED,
+    JobClaim,
+    QueueBackend,
+    QueueDatabase,
+    QueuePolicy,
+    QueuePromise,
+    QueueStore,
+)
 
 __all__ = ["QueueAreaChecks", "elapse", "promises"]
 
@@ -52,7 +61,7 @@ class QueueAreaChecks(AreaChecks):
     area = "queue"
 
     @pytest.fixture(autouse=True)
-    def _kit_gate(self, request: pytest.FixtureRequest, kit_backend: QueueBackend) -> None:  # type: ignore[override]
+    def _kit_gate(self, request: pytest.FixtureRequest, kit_backend: QueueBackend) -> None:
         needed: tuple[QueuePromise, ...] = getattr(request.function, "kit_promises", ())
         missing = kit_backend.queue_promises.missing(needed)
         if missing:
@@ -60,7 +69,7 @@ class QueueAreaChecks(AreaChecks):
             pytest.skip(f"{NOT_PROMISED}: queue {kit_backend.name!r} does not promise {names}")
 
     @pytest.fixture
-    def database(self, kit_backend: QueueBackend) -> Iterator[QueueDatabase]:  # type: ignore[override]
+    def database(self, kit_backend: QueueBackend) -> Iterator[QueueDatabase]:
         db = kit_backend.provision()
         try:
             yield db
@@ -68,11 +77,11 @@ class QueueAreaChecks(AreaChecks):
             db.drop()
 
     @pytest.fixture
-    def open_store(self, database: QueueDatabase) -> Iterator[Callable[..., QueueStore]]:  # type: ignore[override]
+    def open_store(self, database: QueueDatabase) -> Iterator[Callable[..., QueueStore]]:
         """Open more stores on the check's database (closed at teardown)."""
         opened: list[QueueStore] = []
 
-        def open_(policy: QueuePolicy = QueuePolicy()) -> QueueStore:
+        def open_(policy: QueuePolicy = DEFAULT_POLICY) -> QueueStore:
             store = database.open(policy)
             opened.append(store)
             return store
@@ -82,12 +91,12 @@ class QueueAreaChecks(AreaChecks):
             store.close()
 
     @pytest.fixture
-    def store(self, open_store: Callable[..., QueueStore]) -> QueueStore:  # type: ignore[override]
+    def store(self, open_store: Callable[..., QueueStore]) -> QueueStore:
         return open_store()
 
     # -- helpers ----------------------------------------------------------
     @staticmethod
-    def claim_one(store: QueueStore, worker: str = "w1", queues: list[str] | None = None) -> JobClaim:
+    def claim_job(store: QueueStore, worker: str = "w1", queues: list[str] | None = None) -> JobClaim:
         claim = store.claim(worker, queues)
         assert claim is not None, f"worker {worker!r} found no claimable job where one was waiting"
         return claim

@@ -15,7 +15,7 @@ from kit.runner import BACKEND_KEY
 class TestQueueConformance(QueueSuite):
     @pytest.fixture(scope="class")
     @classmethod
-    def kit_backend(cls, request: pytest.FixtureRequest) -> Iterator[QueueBackend]:  # type: ignore[override]
+    def kit_backend(cls, request: pytest.FixtureRequest) -> Iterator[QueueBackend]:
         injected = request.config.stash.get(BACKEND_KEY, None)
         if injected is not None:
             yield injected  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -34,7 +35,7 @@ class QueueClaimChecks(QueueAreaChecks):
     def test_claim_holds_the_job_exclusively(self, store: QueueStore) -> None:
         """A claim marks the job running for its worker, and no other claim gets it while it runs."""
         job = store.enqueue("default", "t", {"n": 1}).job
-        claim = self.claim_one(store, "w1")
+        claim = self.claim_job(store, "w1")
         assert claim.job_id == job.job_id and claim.attempt == 1 and claim.payload == {"n": 1}
         got = store.get(job.job_id)
         assert got is not None and got.status is JobStatus.RUNNING, f"a claimed job is {got}"
@@ -45,7 +46,7 @@ class QueueClaimChecks(QueueAreaChecks):
         """A claim naming queues only takes jobs of those queues."""
         store.enqueue("emails", "t", 1)
         store.enqueue("reports", "t", 2)
-        claim = self.claim_one(store, "w1", ["reports"])
+        claim = self.claim_job(store, "w1", ["reports"])
         assert claim.queue == "reports", f"a claim on ['reports'] took a job of {claim.queue!r}"
         assert store.claim("w2", ["reports"]) is None, "a claim took a second job from a queue with one job"
 
@@ -53,7 +54,7 @@ class QueueClaimChecks(QueueAreaChecks):
         """A completed job stays succeeded: a repeated completion (a lost acknowledgement), a late
         failure and another claim change nothing."""
         store.enqueue("default", "t")
-        claim = self.claim_one(store)
+        claim = self.claim_job(store)
         assert store.complete(claim, {"ok": True}) is Outcome.COMPLETED
         before = store.get(claim.job_id)
         assert before is not None and before.status is JobStatus.SUCCEEDED, f"a completed job is {before}"
@@ -69,7 +70,7 @@ class QueueClaimChecks(QueueAreaChecks):
         """A failure that asks for no retry fails the job for good: never claimable again, and a late
         completion or a late failure asking for a retry (a repeated acknowledgement) changes nothing."""
         store.enqueue("default", "t")
-        claim = self.claim_one(store)
+        claim = self.claim_job(store)
         assert store.fail(claim, {"err": "boom"}, retry=False) is Outcome.FAILED
         job = store.get(claim.job_id)
         assert job is not None and job.status is JobStatus.FAILED, f"a job failed for good is {job}"
@@ -82,11 +83,11 @@ class QueueClaimChecks(QueueAreaChecks):
     def test_list_and_get_agree(self, store: QueueStore) -> None:
         """list (whole, by queue, by status) and get show the same jobs in the same states."""
         ids = [store.enqueue("a" if i % 2 else "b", "t", i).job.job_id for i in range(6)]
-        first = self.claim_one(store, "w1")
+        first = self.claim_job(store, "w1")
         store.complete(first)
-        second = self.claim_one(store, "w1")
+        second = self.claim_job(store, "w1")
         store.fail(second, retry=False)
-        self.claim_one(store, "w2")
+        self.claim_job(store, "w2")
         listed = store.list()
         assert [j.job_id for j in listed] == ids, "list lost, added or reordered jobs (enqueue order)"
         for job in listed:
@@ -114,7 +115,7 @@ class QueueClaimChecks(QueueAreaChecks):
                 taken.append(claim.job_id)
             return taken
 
-        taken = Threads.run([lambda s=s, i=i: drain(s, f"w{i}") for i, s in enumerate(stores)])
+        taken = Threads.run([functools.partial(drain, s, f"w{i}") for i, s in enumerate(stores)])
         flat = [job_id for part in taken for job_id in part]
         shared = sorted({j for j in flat if flat.count(j) > 1})
         assert not shared, f"jobs {shared} were handed to two claimers at once"
@@ -125,12 +126,12 @@ class QueueClaimChecks(QueueAreaChecks):
         """While a job with lock L runs, another job with lock L is not claimable; after it ends, it is."""
         first = store.enqueue("default", "t", 1, lock="account-7").job
         second = store.enqueue("default", "t", 2, lock="account-7").job
-        claim = self.claim_one(store, "w1")
+        claim = self.claim_job(store, "w1")
         assert claim.job_id == first.job_id
         other = store.claim("w2")
         assert other is None, f"job {other.job_id} ran beside job {first.job_id} under the same lock" if other else ""
         assert store.complete(claim) is Outcome.COMPLETED
-        after = self.claim_one(store, "w2")
+        after = self.claim_job(store, "w2")
         assert after.job_id == second.job_id
 
     @promises(QueuePromise.STALLED_RECOVERY)
@@ -138,14 +139,14 @@ class QueueClaimChecks(QueueAreaChecks):
         """A worker that died holding a job (no heartbeat for the stall time) loses it to recover(),
         which re-queues it for another worker."""
         job = store.enqueue("default", "t").job
-        self.claim_one(store, "w1")
+        self.claim_job(store, "w1")
         stall = timedelta(seconds=1)
         elapse(store, stall * 1.5, kit_backend)
         recovered = store.recover(stall)
         assert job.job_id in recovered, f"recover({stall}) left the crashed worker's job (got {recovered})"
         got = store.get(job.job_id)
         assert got is not None and got.status is JobStatus.QUEUED, f"a recovered job is {got}"
-        claim = self.claim_one(store, "w2")
+        claim = self.claim_job(store, "w2")
         assert claim.job_id == job.job_id and claim.attempt >= 2, f"re-claim of a recovered job: {claim}"
 
     @promises(QueuePromise.STALLED_RECOVERY)
@@ -154,7 +155,7 @@ class QueueClaimChecks(QueueAreaChecks):
         stall = timedelta(seconds=2)
         for _ in range(3):  # on the database clock a paused machine can make a try inconclusive
             job = store.enqueue("default", "t").job
-            claim = self.claim_one(store, "w1")
+            claim = self.claim_job(store, "w1")
             elapse(store, stall * 0.6, kit_backend)
             beat_at = store.now()
             assert store.heartbeat(claim) is Outcome.RENEWED, "a live worker's heartbeat was refused"
@@ -173,7 +174,7 @@ class QueueClaimChecks(QueueAreaChecks):
     def test_finished_claim_is_refused(self, store: QueueStore) -> None:
         """Once a job is completed, its claim's heartbeat, completion and failure are all refused."""
         store.enqueue("default", "t")
-        claim = self.claim_one(store)
+        claim = self.claim_job(store)
         assert store.complete(claim) is Outcome.COMPLETED
         for name, answer in (("heartbeat", store.heartbeat(claim)), ("complete", store.complete(claim)),
                              ("fail", store.fail(claim, retry=True))):
@@ -186,10 +187,10 @@ class QueueClaimChecks(QueueAreaChecks):
         more; the new holder's claim is untouched and completes."""
         store = open_store()
         job = store.enqueue("default", "t").job
-        stale = self.claim_one(store, "w1")
+        stale = self.claim_job(store, "w1")
         elapse(store, timedelta(seconds=1.5), kit_backend)
         assert job.job_id in store.recover(timedelta(seconds=1))
-        fresh = self.claim_one(store, "w2")
+        fresh = self.claim_job(store, "w2")
         for name, answer in (("complete", store.complete(stale, {"by": "w1"})),
                              ("fail", store.fail(stale, {"by": "w1"}, retry=False)),
                              ("heartbeat", store.heartbeat(stale))):
@@ -205,7 +206,7 @@ class QueueClaimChecks(QueueAreaChecks):
         """A worker whose job was recovered (and is waiting again) cannot complete it: the job stays
         queued and runs again."""
         job = store.enqueue("default", "t").job
-        stale = self.claim_one(store, "w1")
+        stale = self.claim_job(store, "w1")
         elapse(store, timedelta(seconds=1.5), kit_backend)
         assert job.job_id in store.recover(timedelta(seconds=1))
         answer = store.complete(stale)

@@ -38,7 +38,7 @@ class QueueRetryChecks(QueueAreaChecks):
         waiting) can still fail and be retried: the worker's acknowledgement is accepted, and the job
         does not stay running with nobody working on it."""
         first = store.enqueue("default", "t", 1, key="nightly-report").job
-        claim = self.claim_one(store)
+        claim = self.claim_job(store)
         newer = store.enqueue("default", "t", 2, key="nightly-report")
         assert newer.created, "a key blocked an enqueue although its job was running, not waiting"
         answer = store.fail(claim, {"err": "flaky"}, retry=True)
@@ -52,7 +52,7 @@ class QueueRetryChecks(QueueAreaChecks):
         the backoff has passed."""
         store = open_store(QueuePolicy(max_attempts=5, backoff=_LONG))
         job = store.enqueue("default", "t").job
-        claim = self.claim_one(store)
+        claim = self.claim_job(store)
         assert store.fail(claim, {"err": "flaky"}, retry=True) is Outcome.RETRY_SCHEDULED
         got = store.get(job.job_id)
         assert got is not None and got.status is JobStatus.QUEUED and got.attempts == 1, f"a retried job is {got}"
@@ -65,9 +65,9 @@ class QueueRetryChecks(QueueAreaChecks):
         """Once the backoff has passed (store clock) the retried job is claimable, as attempt 2."""
         store = open_store(QueuePolicy(max_attempts=5, backoff=_SHORT))
         job = store.enqueue("default", "t").job
-        store.fail(self.claim_one(store), retry=True)
+        store.fail(self.claim_job(store), retry=True)
         elapse(store, _SHORT * 1.5, kit_backend)
-        claim = self.claim_one(store, "w2")
+        claim = self.claim_job(store, "w2")
         assert claim.job_id == job.job_id and claim.attempt == 2, f"the retry came back as {claim}"
 
     @promises(QueuePromise.RETRY_LIMIT)
@@ -77,9 +77,9 @@ class QueueRetryChecks(QueueAreaChecks):
         for a retry; it is never claimed again."""
         store = open_store(QueuePolicy(max_attempts=2, backoff=timedelta(0)))
         job = store.enqueue("default", "t").job
-        assert store.fail(self.claim_one(store), retry=True) is Outcome.RETRY_SCHEDULED
+        assert store.fail(self.claim_job(store), retry=True) is Outcome.RETRY_SCHEDULED
         elapse(store, timedelta(seconds=0.1), kit_backend)
-        second = self.claim_one(store, "w2")
+        second = self.claim_job(store, "w2")
         answer = store.fail(second, retry=True)
         assert answer is Outcome.FAILED, f"the last allowed attempt's failure answered {answer.value}"
         got = store.get(job.job_id)
@@ -95,6 +95,6 @@ class QueueRetryChecks(QueueAreaChecks):
         early = store.claim("w1")
         assert early is None, f"job {early.job_id} was claimed before its delay" if early else ""
         elapse(store, _SHORT * 1.5, kit_backend)
-        claim = self.claim_one(store, "w1")
+        claim = self.claim_job(store, "w1")
         assert claim.job_id == soon.job_id, f"after {_SHORT} the claim took {claim.job_id}, not {soon.job_id}"
         assert store.claim("w2") is None, f"job {late.job_id} was claimed an hour early"
