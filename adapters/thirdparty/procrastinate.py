@@ -107,7 +107,7 @@ _EMPTY = ";".join(f"DELETE FROM {table}" for table in (
 
 def _fault(call: str, exc: Exception) -> StorageError:
     """procrastinate refused a write for a reason other than the job's state: a genuine fault."""
-    cause = str(exc.__cause__ or exc).strip().splitlines()
+    cause = str(exc.__cause__ or exc.__context__ or exc).strip().splitlines()
     constraint = getattr(exc, "constraint_name", None)
     detail = f" on {constraint}" if constraint else ""
     return StorageError(f"procrastinate's {call} raised {type(exc).__name__}{detail}: {cause[0] if cause else ''}")

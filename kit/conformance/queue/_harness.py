@@ -31,6 +31,7 @@ __all__ = ["QueueAreaChecks", "elapse", "promises"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _POLL_S = 0.05
+_CLOCK_STALL_S = 30.0
 
 
 def promises(*needed: QueuePromise) -> Callable[[F], F]:
@@ -51,7 +52,11 @@ def elapse(store: QueueStore, by: timedelta, backend: QueueBackend) -> None:
         return
     target = store.now() + by
     time.sleep(by.total_seconds())
+    give_up = time.monotonic() + _CLOCK_STALL_S
     while store.now() < target:  # the database clock is the judge, not ours
+        if time.monotonic() > give_up:
+            pytest.fail(f"the store clock did not reach {target} {_CLOCK_STALL_S:.0f} s after it should have: "
+                        "a store on a clock only the kit moves must declare test_clock", pytrace=False)
         time.sleep(_POLL_S)
 
 
