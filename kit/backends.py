@@ -3,7 +3,8 @@
 Built-in names map to factories in the kit's own packages; any other
 ``module:attribute`` is a third-party adapter factory. A factory is called with
 ``url=`` when a URL is given and without arguments otherwise, and must return an
-object with ``name``, ``capabilities`` and ``provision()``. Every failure is a
+object with ``name``, ``capabilities`` and ``provision()`` (the workflow profile) or
+with ``name``, ``queue_promises`` and ``provision()`` (the queue profile). Every failure is a
 :class:`ConfigurationError` (bad input: fix the call) or a
 :class:`BackendUnavailable` (good input, but the backend cannot be used here:
 the message names what to provide).
@@ -114,11 +115,15 @@ def resolve(spec: str, url: str | None = None) -> Backend:
         if url is not None and "url" in str(exc):
             raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url") from None
         raise
-    for needed in ("name", "capabilities", "provision"):
+    from kit.queue import is_queue_backend
+
+    profile_attribute = "queue_promises" if is_queue_backend(backend) else "capabilities"
+    for needed in ("name", profile_attribute, "provision"):
         if not hasattr(backend, needed):
             raise ConfigurationError(
                 f"{target!r} returned {type(backend).__name__}, which has no {needed!r}: a factory must "
-                "return a kit.contract.Backend"
+                "return a kit.contract.Backend (workflow profile) or a kit.queue.QueueBackend (queue profile, "
+                "which declares queue_promises)"
             )
     try:
         backend.kit_spec = spec  # how `kit replay` names this backend again

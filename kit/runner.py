@@ -62,10 +62,16 @@ def run_suite(
     on_result: Callable[[CheckResult], None] | None = None,
     on_collected: Callable[[int], None] | None = None,
 ) -> SuiteRun:
-    """Run every conformance check (or those matching ``keyword``, pytest ``-k``) against ``backend``."""
+    """Run every conformance check (or those matching ``keyword``, pytest ``-k``) against ``backend``.
+
+    The profile follows what the backend implements: a queue backend (``queue_promises``) runs the
+    queue suite and the queue machine, any other backend the workflow suite and its machines."""
+    from kit.queue import is_queue_backend
+
     collector = ResultCollector(on_result=on_result, on_collected=on_collected)
+    target = _HERE / "queue" / "_target.py" if is_queue_backend(backend) else _HERE / "_target.py"
     args = [
-        str(_HERE / "_target.py"),
+        str(target),
         "-c", str(_HERE / "_pytest.ini"),
         "--rootdir", str(_HERE),
         "-p", "no:cacheprovider",

@@ -42,5 +42,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
             and result.divergence.get("kind") == recorded.get("kind")
         console.print("[bold red]reproduced[/]" + (" the recorded divergence" if same else " a divergence"))
         return 1
-    console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
+    if bundle.get("kind") == "queue":
+        console.print("[bold green]no violation[/]: every step kept the queue invariants")
+    else:
+        console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
     return 0

@@ -89,7 +89,11 @@ class ReplayResult:
 
 
 def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], None] | None = None) -> ReplayResult:
-    """Apply the bundle's steps in order; stop at the first divergence."""
+    """Apply the bundle's steps in order; stop at the first divergence (or broken queue invariant)."""
+    if bundle.get("kind") == "queue":
+        from kit.machines.queue_machine import replay_queue
+
+        return replay_queue(bundle, backend, narrate)  # type: ignore[arg-type]
     result = ReplayResult()
 
     def say(line: str) -> None:
