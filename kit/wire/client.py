@@ -43,9 +43,23 @@ from kit.wire.codec import WireTypeError, decode, encode
 from kit.wire.errors import WireProtocolError
 from kit.wire.transport import RemoteError, Transport, connect_exec, connect_tcp
 
-__all__ = ["PROTOCOL_VERSION", "WireBackend", "WireDatabase", "WireMigration", "WireStorage", "connect"]
+__all__ = ["OPERATIONS", "PROTOCOL_VERSION", "WireBackend", "WireDatabase", "WireMigration", "WireStorage", "connect"]
 
 PROTOCOL_VERSION = 1
+
+OPERATIONS: tuple[str, ...] = (
+    # session (section 4 of docs/wire-protocol.md)
+    "hello", "provision", "open", "close", "kill_session", "reset", "drop",
+    # storage (section 5): every method of kit.contract.protocol.Storage
+    "migrate", "verify_schema", "now", "set_test_clock", "advance_test_clock", "ensure_definition",
+    "get_definition", "start_run", "get_run", "list_runs", "request_cancel", "get_history", "claim_runs",
+    "renew_run_claim", "release_run_claim", "load_claimed", "commit_decision", "claim_commands",
+    "heartbeat_command", "complete_command", "fail_command", "get_command", "list_commands", "send_signal",
+    "list_signals", "fire_due_timers", "list_timers", "begin", "commit", "rollback", "lock_run",
+    # sent by the store (section 6)
+    "fault_point",
+)
+"""Every operation of wire protocol version 1."""
 
 #: Contract error names a store may put in ``error.type``, and how each is built.
 _PLAIN_ERRORS: dict[str, type[Exception]] = {
@@ -176,8 +190,14 @@ class WireBackend:
             raise WireProtocolError(f"{self.name} answered {op} with the wrong type: {exc}") from None
 
     def provision(self) -> WireDatabase:
-        answer = self.call("provision", dict[str, str])
-        return WireDatabase(self, answer["database"], answer.get("label", answer["database"]))
+        answer = self.call("provision", dict[str, Any])
+        handle, label = answer.get("database"), answer.get("label", answer.get("database"))
+        if not isinstance(handle, str) or not isinstance(label, str):
+            raise WireProtocolError(
+                f"{self.name} answered provision with the wrong type: database and label must be strings, "
+                f"got {str(answer)[:120]}"
+            )
+        return WireDatabase(self, handle, label)
 
     def close(self) -> None:
         self.transport.close()

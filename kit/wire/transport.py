@@ -39,6 +39,15 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 DEFAULT_TIMEOUT_S = float(os.environ.get("KIT_WIRE_TIMEOUT", "60"))
 """How long a call waits for the store's next message (``KIT_WIRE_TIMEOUT`` seconds)."""
 _STDERR_LINES = 40
+_TRACE = os.environ.get("KIT_WIRE_TRACE", "")
+"""A file every message is appended to (``> `` sent by the kit, ``< `` sent by the store), for debugging."""
+_trace_lock = threading.Lock()
+
+
+def _trace(direction: str, line: bytes) -> None:
+    if _TRACE:
+        with _trace_lock, open(_TRACE, "ab") as out:
+            out.write(direction.encode() + line.rstrip(b"\n") + b"\n")
 
 #: Answers a store-initiated request (``fault_point``): returns the result, or raises
 #: to answer with an error.
@@ -153,6 +162,7 @@ class Transport:
                 f"the {message.get('op', 'answer')} message is {len(line)} bytes; the wire protocol allows "
                 f"{self.max_bytes}: send smaller values"
             )
+        _trace("> ", line)
         try:
             with self._write_lock:
                 self._writer.write(line + b"\n")
@@ -213,6 +223,7 @@ class Transport:
             time.sleep(0.05)  # let the stderr reader take the last lines of a dying process
 
     def _dispatch(self, line: bytes) -> bool:
+        _trace("< ", line)
         try:
             message = json.loads(line)
         except ValueError as exc:
@@ -234,8 +245,8 @@ class Transport:
             self._violation('an "error" must be {"type": str, "message": str}', line)
             return False
         with self._lock:
-            inbox = self._pending.get(request_id) if isinstance(request_id, int) else None
-            repeated = request_id in self._answered if isinstance(request_id, int) else False
+            repeated = isinstance(request_id, int) and request_id in self._answered
+            inbox = None if repeated or not isinstance(request_id, int) else self._pending.get(request_id)
             if inbox is not None:
                 self._answered.add(request_id)
         if inbox is None:
@@ -279,7 +290,7 @@ class RemoteError(Exception):
 # ----------------------------------------------------------------------
 # connecting
 # ----------------------------------------------------------------------
-def connect_exec(command: str, timeout: float = DEFAULT_TIMEOUT_S) -> Transport:
+def connect_exec(command: str, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = MAX_MESSAGE_BYTES) -> Transport:
     """Start ``command`` (split like a shell, no shell) and talk to it over its stdin/stdout."""
     from kit.contract.errors import ConfigurationError
 
@@ -314,6 +325,7 @@ def connect_exec(command: str, timeout: float = DEFAULT_TIMEOUT_S) -> Transport:
     return Transport(
         process.stdout, process.stdin, f"store process {command!r} (pid {process.pid})",
         on_close=on_close, stderr=lambda: "\n".join(tail), kill=kill, exit_code=process.poll, timeout=timeout,
+        max_bytes=max_bytes,
     )
 
 

@@ -104,6 +104,7 @@ class Server {
         `${[...BACKEND_OPS, ...STORE_OPS].join(', ')}`);
     }
     const store = this.stores.get(args.store);
+    if (!store && op === 'close') return null; // closing twice (or after drop) is harmless
     if (!store) throw V.invalid(`no open store ${JSON.stringify(args.store)}: open one first (or it was closed)`);
     store.call = id;
     if (op === 'close') { this.stores.delete(args.store); return store.close(); }
