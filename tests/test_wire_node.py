@@ -60,3 +60,34 @@ def test_the_same_checks_pass_without_the_seeded_bug() -> None:
     done = _kit_check(SPEC, "-k", "claims", "--profile", "none")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "PASS:" in done.stdout
+
+
+def test_the_same_store_serves_the_protocol_over_tcp() -> None:
+    """``wire://host:port`` reaches a store serving the same messages on TCP (``store.js --listen PORT``)."""
+    import re
+
+    from kit.backends import resolve
+    from kit.contract import ClockMode
+    from tests._wire_node import NODE, STORE
+
+    server = subprocess.Popen([NODE or "node", str(STORE), "--listen", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        banner = server.stderr.readline()
+        found = re.search(r"on 127\.0\.0\.1:(\d+)", banner)
+        assert found, f"the store printed no listening port: {banner!r}"
+        backend = resolve(f"wire://127.0.0.1:{found.group(1)}")
+        try:
+            assert backend.name == "node-postgres"
+            database = backend.provision()
+            store = database.open("tcp", clock=ClockMode.TEST)
+            assert store.migrate() == ["001_init"]
+            store.verify_schema()
+            assert store.list_runs() == []
+            store.close()
+            database.drop()
+        finally:
+            backend.close()
+    finally:
+        server.kill()
+        server.wait(timeout=10)
