@@ -251,3 +251,13 @@ def test_the_node_store_answers_each_malformed_request_with_one_error_naming_it(
         found = [e for e in errors if e["id"] == rid and e["error"]["type"] == kind and says.replace("\\", "") in e["error"]["message"]]
         assert found, f"{name}: no {kind} answer naming {says!r} in {errors}"
     assert len(errors) == len(cases)  # one error per malformed message, no more
+
+
+def test_a_store_that_dies_before_the_handshake_is_unreachable_with_its_stderr() -> None:
+    """A store that exits at start is 'not reachable' (kit check exits 3), quoting its stderr and exit code."""
+    from kit.backends import resolve
+    from kit.contract import BackendUnavailable
+
+    script = "import sys; sys.stderr.write('cannot find module pg\\n'); sys.exit(4)"
+    with pytest.raises(BackendUnavailable, match=r"(?s)exited with code 4.*cannot find module pg"):
+        resolve(f"exec:{shlex.quote(sys.executable)} -c {shlex.quote(script)}")

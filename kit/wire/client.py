@@ -40,7 +40,7 @@ from kit.contract.errors import ConfigurationError, StorageError
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.wire.codec import WireTypeError, decode, encode
-from kit.wire.errors import WireProtocolError
+from kit.wire.errors import StoreProcessFault, WireProtocolError
 from kit.wire.transport import RemoteError, Transport, connect_exec, connect_tcp
 
 __all__ = ["OPERATIONS", "PROTOCOL_VERSION", "WireBackend", "WireDatabase", "WireMigration", "WireStorage", "connect"]
@@ -112,6 +112,13 @@ class WireBackend:
         self.spec = spec
         try:
             hello = self._hello()
+        except StoreProcessFault as exc:
+            transport.close()
+            raise E.BackendUnavailable(
+                spec, f"the store did not complete the handshake ({exc})",
+                "Check that the command runs on its own (its packages installed, e.g. npm ci) and that its "
+                "database is reachable",
+            ) from None
         except BaseException:
             transport.close()
             raise
