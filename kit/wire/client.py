@@ -9,7 +9,6 @@ machines and ``kit stress`` run against it unchanged. The protocol is
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -56,6 +55,8 @@ OPERATIONS: tuple[str, ...] = (
     "renew_run_claim", "release_run_claim", "load_claimed", "commit_decision", "claim_commands",
     "heartbeat_command", "complete_command", "fail_command", "get_command", "list_commands", "send_signal",
     "list_signals", "fire_due_timers", "list_timers", "begin", "commit", "rollback", "lock_run",
+    # the fault layer's network drop
+    "drop_connection",
     # sent by the store (section 6)
     "fault_point",
 )
@@ -278,6 +279,21 @@ class _UnitOfWork:
         self.callbacks.append(callback)
 
 
+class _DropHandle:
+    """What the fault layer's ``drop_connection`` closes (``store._conn.raw.close()``): a
+    ``drop_connection`` request, so the store drops its database connection abruptly."""
+
+    def __init__(self, storage: WireStorage) -> None:
+        self._storage = storage
+
+    @property
+    def raw(self) -> _DropHandle:
+        return self
+
+    def close(self) -> None:
+        self._storage._call("drop_connection", type(None))
+
+
 class WireStorage:
     """One store opened in the store process; every method is one request."""
 
@@ -292,7 +308,7 @@ class WireStorage:
         self._migrations = migrations
         self._hook = hook
         self._uow: _UnitOfWork | None = None
-        self._lock = threading.Lock()
+        self._conn = _DropHandle(self)
 
     def _call(self, op: str, result: Any = Any, /, **args: Any) -> Any:
         return self.backend.call(op, result, self._hook, store=self.handle, **args)

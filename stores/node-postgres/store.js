@@ -23,7 +23,7 @@ const STORE_OPS = new Set(['close', 'migrate', 'verify_schema', 'now', 'set_test
   'get_definition', 'start_run', 'get_run', 'list_runs', 'request_cancel', 'get_history', 'claim_runs', 'renew_run_claim',
   'release_run_claim', 'load_claimed', 'commit_decision', 'claim_commands', 'heartbeat_command', 'complete_command', 'fail_command',
   'get_command', 'list_commands', 'send_signal', 'list_signals', 'fire_due_timers', 'list_timers', 'begin', 'commit', 'rollback',
-  'lock_run']);
+  'lock_run', 'drop_connection']);
 const BACKEND_OPS = new Set(['hello', 'provision', 'drop', 'reset', 'open', 'kill_session']);
 const PROMISES = ['fenced-claims', 'atomic-decision-commit', 'ordered-history', 'idempotent-signals', 'durable-timers',
   'insert-if-absent-definitions', 'tenancy', 'unit-of-work', 'schema-lifecycle', 'test-clock'];
@@ -106,8 +106,10 @@ class Server {
     const store = this.stores.get(args.store);
     if (!store && op === 'close') return null; // closing twice (or after drop) is harmless
     if (!store) throw V.invalid(`no open store ${JSON.stringify(args.store)}: open one first (or it was closed)`);
-    store.call = id;
     if (op === 'close') { this.stores.delete(args.store); return store.close(); }
+    // May arrive from inside a fault point of the store's own call: it must not take that call's place.
+    if (op === 'drop_connection') return store.dropConnection();
+    store.call = id;
     if (op === 'now') return store.now_op();
     if (['begin', 'commit', 'rollback'].includes(op)) return store[op]();
     if (op !== 'lock_run' && op !== 'migrate' && op !== 'verify_schema') store.checkOpen();

@@ -879,6 +879,15 @@ class Store {
     return this.read(async () => (await this.q(`SELECT ${TIMER_COLS} FROM kit_timers WHERE tenant_id = ? AND run_id = ? ORDER BY timer_id`, [this.tenant, run_id])).rows.map(toTimer));
   }
 
+  // A network drop: the socket closes without a goodbye; the server rolls the open transaction back
+  // when it notices, and this store's next statement fails with ConnectionLost.
+  dropConnection() {
+    this.client.dead = this.client.dead || 'the connection was dropped (network fault)';
+    const stream = this.client.connection && this.client.connection.stream;
+    if (stream) stream.destroy();
+    return null;
+  }
+
   async close() {
     this.closed = true;
     try { await this.client.end(); } catch (e) { /* already gone */ }
