@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from kit.contract import capabilities as capabilities_module
 from kit.contract import errors as E
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import (
@@ -126,7 +127,11 @@ class WireBackend:
         self.name: str = hello["name"]
         self.protocol: int = hello["protocol"]
         self.store_version: str = str(hello.get("version", ""))
-        self.promises: tuple[str, ...] = tuple(hello.get("promises", ()))
+        promises = hello.get("promises", [])
+        if not isinstance(promises, list) or not all(isinstance(p, str) for p in promises):
+            raise ConfigurationError(f"{spec}: the handshake's promises must be a list of names")
+        self.promises: tuple[str, ...] = tuple(promises)
+        """The promise families the store declares (all of them when it names none)."""
         self._describe = str(hello.get("describe", ""))
         self.capabilities = self._capabilities(hello)
 
@@ -160,8 +165,21 @@ class WireBackend:
             raise ConfigurationError(
                 f"{self.spec}: clock_resolution_us must be a positive integer and expected_failures an object"
             )
-        return Capabilities.of(*(known[n] for n in names), clock_resolution_us=resolution,
-                               expected_failures={str(k): str(v) for k, v in failures.items()})
+        options: dict[str, Any] = {
+            "clock_resolution_us": resolution,
+            "expected_failures": {str(k): str(v) for k, v in failures.items()},
+        }
+        promise_type = getattr(capabilities_module, "Promise", None)
+        if promise_type is not None and "promises" in hello:  # the kit knows promise families
+            by_name = {p.value: p for p in promise_type}
+            strange = [n for n in self.promises if n not in by_name]
+            if strange:
+                raise ConfigurationError(
+                    f"{self.spec}: the handshake promises unknown families {strange!r}: use only "
+                    f"{', '.join(sorted(by_name))}"
+                )
+            options["promises"] = [by_name[n] for n in self.promises]
+        return Capabilities.of(*(known[n] for n in names), **options)
 
     def describe(self) -> str:
         return f"{self.name} {self.store_version} over wire protocol {self.protocol} ({self.spec}); {self._describe}"

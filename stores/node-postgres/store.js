@@ -25,8 +25,9 @@ const STORE_OPS = new Set(['close', 'migrate', 'verify_schema', 'now', 'set_test
   'get_command', 'list_commands', 'send_signal', 'list_signals', 'fire_due_timers', 'list_timers', 'begin', 'commit', 'rollback',
   'lock_run', 'drop_connection']);
 const BACKEND_OPS = new Set(['hello', 'provision', 'drop', 'reset', 'open', 'kill_session']);
-const PROMISES = ['fenced-claims', 'atomic-decision-commit', 'ordered-history', 'idempotent-signals', 'durable-timers',
-  'insert-if-absent-definitions', 'tenancy', 'unit-of-work', 'schema-lifecycle', 'test-clock'];
+// Every promise family of the contract: this store withholds none.
+const PROMISES = ['leases', 'generation_fencing', 'expected_revision', 'atomic_decision', 'wake_on_input', 'commands',
+  'signals', 'timers', 'definitions', 'cancel_requests', 'tenancy', 'unit_of_work', 'schema_checksums'];
 
 const quote = (text) => JSON.stringify(text.length > 120 ? `${text.slice(0, 120)}...` : text);
 
