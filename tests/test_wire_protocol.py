@@ -10,13 +10,16 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kit.conformance import ConformanceSuite
 from kit.contract import (
+    Backend,
     ConfigurationError,
     Decision,
     DefinitionRef,
@@ -29,7 +32,7 @@ from kit.contract import (
     Storage,
     StorageError,
 )
-from kit.wire import StoreProcessFault, WireBackend, WireProtocolError
+from kit.wire import StoreProcessFault, WireBackend, WireProtocolError, connect
 from kit.wire.client import OPERATIONS
 from kit.wire.codec import WireTypeError, decode, encode
 from kit.wire.transport import connect_exec
@@ -261,3 +264,44 @@ def test_a_store_that_dies_before_the_handshake_is_unreachable_with_its_stderr()
     script = "import sys; sys.stderr.write('cannot find module pg\\n'); sys.exit(4)"
     with pytest.raises(BackendUnavailable, match=r"(?s)exited with code 4.*cannot find module pg"):
         resolve(f"exec:{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
+
+
+# ----------------------------------------------------------------------
+# both directions at once: a Python backend served over the wire
+# ----------------------------------------------------------------------
+class TestReferenceEngineThroughTheBridge(ConformanceSuite):
+    """The whole suite and the fault machines against the reference engine served by
+    ``python -m kit.wire.serve memory``: every entity, outcome, error and fault point crosses the
+    wire both ways, with no other language involved."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_backend(cls) -> Iterator[Backend]:
+        backend = connect(f"exec:{shlex.quote(sys.executable)} -m kit.wire.serve memory")
+        try:
+            yield backend  # type: ignore[misc]
+        finally:
+            backend.close()
+
+
+def test_the_python_server_harness_serves_tcp() -> None:
+    """``python -m kit.wire.serve BACKEND --listen 0`` serves the same messages on TCP (``wire://``)."""
+    from kit.backends import resolve
+
+    server = subprocess.Popen([sys.executable, "-m", "kit.wire.serve", "memory", "--listen", "0"],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        found = re.search(r"on 127\.0\.0\.1:(\d+)", server.stderr.readline())
+        assert found
+        backend = resolve(f"wire://127.0.0.1:{found.group(1)}")
+        try:
+            database = backend.provision()
+            store = database.open("tcp")
+            assert store.migrate() and store.list_runs() == []
+            database.drop()
+        finally:
+            backend.close()
+    finally:
+        server.kill()
+        server.wait(timeout=10)

@@ -19,6 +19,7 @@ driven by the type the kit expects, so a store's answer of the wrong shape is a
 from __future__ import annotations
 
 import base64
+import collections.abc
 import dataclasses
 import enum
 import math
@@ -232,7 +233,7 @@ def decode(value: Any, expected: Any, where: str = "result") -> Any:
         if not isinstance(value, dict):
             raise WireTypeError(f"{where}: expected an object, got {_short(value)}")
         return value
-    if origin in (list, tuple):
+    if origin in (list, tuple, collections.abc.Sequence):
         if not isinstance(value, list):
             raise WireTypeError(f"{where}: expected a list, got {_short(value)}")
         inner = typing.get_args(expected)[0]
