@@ -22,7 +22,7 @@ from typing import Any
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["BUILTIN", "BackendSpec", "load_factory", "resolve"]
+__all__ = ["BUILTIN", "WIRE_PREFIXES", "BackendSpec", "load_factory", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,26 @@ def load_factory(target: str) -> Any:
         ) from None
 
 
+WIRE_PREFIXES = ("exec:", "wire://")
+"""A store in another language: ``exec:'<command>'`` (stdin/stdout) or ``wire://host:port`` (docs/wire-protocol.md)."""
+
+
+def _wire(spec: str, url: str | None) -> Backend:
+    if url is not None:
+        raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url (the store finds its own database)")
+    from kit.wire.client import connect
+
+    backend = connect(spec)
+    backend.kit_spec = spec  # type: ignore[attr-defined]
+    return backend
+
+
 def resolve(spec: str, url: str | None = None) -> Backend:
     """The backend ``spec`` names, connected (for servers) and ready to provision databases."""
     if not spec:
         raise ConfigurationError(f"no backend given: choose one of {', '.join(BUILTIN)} or package.module:factory")
+    if spec.startswith(WIRE_PREFIXES):
+        return _wire(spec, url)
     builtin = BUILTIN.get(spec)
     target = builtin.target if builtin else spec
     if builtin is None and ":" not in spec:
