@@ -18,6 +18,7 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 from kit.inspect import observable_state
 
@@ -203,7 +204,7 @@ class ClaimChecks(AreaChecks):
         claim = self.started_and_claimed(store)
         snapshot = store.load_claimed(claim)
         assert isinstance(snapshot, Snapshot)
-        assert snapshot.run == store.get_run("run-1")
+        assert_json_equal(snapshot.run, store.get_run("run-1"), "the snapshot's run")
         assert snapshot.history == () and snapshot.signals == () and snapshot.command_results == ()
 
     def test_load_claimed_returns_exactly_the_waiting_input(self, store: Storage) -> None:

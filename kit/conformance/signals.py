@@ -7,6 +7,7 @@ from functools import partial
 
 from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.contract import Capability, Decision, RunStatus, SignalStatus, Storage
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 from kit.inspect import observable_state
 
@@ -22,7 +23,9 @@ class SignalChecks(AreaChecks):
         receipt = store.send_signal("run-1", "approve", {"by": "ana"}, "sig-1")
         assert receipt.outcome is Outcome.COMMITTED and receipt.created
         signal = receipt.signal
-        assert signal is not None and (signal.name, signal.payload, signal.status) == ("approve", {"by": "ana"}, SignalStatus.PENDING)
+        assert signal is not None
+        assert_json_equal((signal.name, signal.payload, signal.status), ("approve", {"by": "ana"}, SignalStatus.PENDING),
+                          "(name, payload, status)")
         assert signal.sent_at == store.now() and store.list_signals("run-1") == [signal]
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.PENDING
