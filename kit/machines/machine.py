@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from kit.contract import Backend, Capability
-from kit.contract.json_samples import NUMBER_BOUNDARIES
+from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS
 from kit.machines.interpreter import Divergence, Interpreter
 
 __all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "run_machine"]
@@ -48,7 +48,7 @@ runs = st.sampled_from(RUNS)
 claims = st.sampled_from(("latest", "latest", "latest", "oldest"))
 leases = st.sampled_from((5, 30))
 small_json = st.recursive(
-    st.none() | st.booleans() | st.sampled_from(NUMBER_BOUNDARIES) | st.sampled_from(("", "x", "\u00e9", "\U0001f600")),
+    st.none() | st.booleans() | st.sampled_from(INTEGER_BOUNDARIES) | st.sampled_from(INTEGRAL_FLOATS) | st.sampled_from(("", "x", "\u00e9", "\U0001f600")),
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(("a", "b", "")), inner, max_size=2),
     max_leaves=4,
 )
