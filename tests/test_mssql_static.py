@@ -423,7 +423,7 @@ def test_kit_check_mssql_exits_3_with_one_line(no_server: None, monkeypatch: pyt
 
     monkeypatch.setenv("COLUMNS", "2000")  # Rich wraps at the terminal width; the message is one line
     assert main(["check", "mssql"]) == 3
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert len(out.splitlines()) == 1, out
     assert "mssql is not reachable" in out and "KIT_MSSQL_URL" in out
 

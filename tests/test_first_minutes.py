@@ -1,0 +1,50 @@
+"""The first minutes with the kit: a local adapter imports, output fits CI logs, nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kit.cli import main
+
+LOCAL_ADAPTER = textwrap.dedent("""
+    from adapters.sqlite import SqliteBackend
+
+    def make_backend():
+        return SqliteBackend()
+""")
+
+
+def test_an_adapter_module_in_the_current_folder_is_importable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kit check mystore:make_backend` finds mystore.py in the current folder without PYTHONPATH."""
+    (tmp_path / "kit_local_store.py").write_text(LOCAL_ADAPTER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    code = main(["check", "kit_local_store:make_backend", "-k", "definitions", "--no-progress", "--no-report",
+                 "--seed", "1"])
+    captured = capsys.readouterr()
+    assert "cannot import" not in captured.out + captured.err
+    assert code == 0, captured.out
+
+
+def _kit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The kit as CI runs it: not on a terminal, COLUMNS unset."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run([sys.executable, "-m", "kit.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_outside_a_terminal_lines_are_whole_and_errors_go_to_stderr(tmp_path: Path) -> None:
+    """With COLUMNS unset and no TTY, a 250-character error line is one line, on stderr; stdout stays empty."""
+    module = "m" * 250
+    done = _kit("check", f"{module}:make_backend", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("kit: error:") and f"'{module}'" in line
