@@ -34,9 +34,9 @@ def test_an_adapter_module_in_the_current_folder_is_importable(
     assert code == 0, captured.out
 
 
-def _kit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _kit(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The kit as CI runs it: not on a terminal, COLUMNS unset."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "kit.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300, check=False)
 
@@ -48,3 +48,18 @@ def test_outside_a_terminal_lines_are_whole_and_errors_go_to_stderr(tmp_path: Pa
     assert done.returncode == 2 and done.stdout == "", done.stdout
     (line,) = done.stderr.splitlines()
     assert line.startswith("kit: error:") and f"'{module}'" in line
+
+
+def test_no_report_leaves_the_working_folder_unchanged(tmp_path: Path) -> None:
+    """`--no-report` writes no .hypothesis/ and no scenarios/seeds/ where it runs, even when a machine fails
+    (the bundle goes to the temporary folder)."""
+    work, temp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    temp.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    done = _kit("check", "tests.seeded_bugs.registry:timer_fires_early", "-k", "fault_machine", "--no-report",
+                "--no-progress", "--seed", "20261129", cwd=work,
+                env={"PYTHONPATH": str(repo), "TMPDIR": str(temp)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert list(work.iterdir()) == []
+    assert len(list((temp / "kit-seeds").glob("*.json"))) == 1, "the failing scenario was not saved"
