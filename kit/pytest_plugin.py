@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -118,6 +119,18 @@ def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int,
     seeds = config.getoption("kit_seeds_dir", None) or os.environ.get("KIT_SEEDS_DIR") or "scenarios/seeds"
     spec = config.getoption("kit_backend", None) or getattr(backend, "kit_spec", None) or getattr(backend, "name", "?")
     return str(profile), session_seed(config), str(seeds), str(spec)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's asserts show the values they compared, as in any pytest test file.
+
+    pytest rewrites the asserts of test files, and of an installed plugin's package, but not of an
+    editable install (a fresh clone's ``pip install -e .``); so ``kit.conformance`` is marked here,
+    before the suite is imported. A check failing ``assert paged == sorted(ids)`` then reports both lists,
+    not a bare ``AssertionError``.
+    """
+    if "kit.conformance" not in sys.modules:
+        pytest.register_assert_rewrite("kit.conformance")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

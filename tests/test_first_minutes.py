@@ -36,9 +36,13 @@ def test_an_adapter_module_in_the_current_folder_is_importable(
 
 def _kit(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The kit as CI runs it: not on a terminal, COLUMNS unset."""
+    return _run(["-m", "kit.cli", *args], cwd=cwd, env=env)
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**{k: v for k, v in os.environ.items() if k != "COLUMNS"}, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "kit.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 def test_outside_a_terminal_lines_are_whole_and_errors_go_to_stderr(tmp_path: Path) -> None:
@@ -63,3 +67,13 @@ def test_no_report_leaves_the_working_folder_unchanged(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert list(work.iterdir()) == []
     assert len(list((temp / "kit-seeds").glob("*.json"))) == 1, "the failing scenario was not saved"
+
+
+def test_a_failing_fixed_check_shows_the_values_it_compared(tmp_path: Path) -> None:
+    """`kit check` names what a failed assert compared (pytest's assertion rewriting), not a bare AssertionError."""
+    repo = Path(__file__).resolve().parents[1]
+    done = _kit("check", "tests.seeded_bugs.registry:pagination_inclusive", "-k", "pagination_is_stable",
+                "--no-report", "--no-progress", cwd=tmp_path, env={"PYTHONPATH": str(repo)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    (error,) = [line for line in done.stdout.splitlines() if line.strip().startswith("error:")]
+    assert "assert [" in error and "== [" in error and "'Run-x'" in error, error
