@@ -142,8 +142,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit)."""
+    """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit); run the fault
+    machines last, so the quick fixed checks give their verdicts first."""
     from kit.conformance._harness import AreaChecks, check_id
+
+    def machines_last(item: pytest.Item) -> bool:
+        cls, function = getattr(item, "cls", None), getattr(item, "function", None)
+        return (cls is not None and function is not None and issubclass(cls, AreaChecks)
+                and check_id(cls, function.__name__).startswith("machines."))
+
+    items.sort(key=machines_last)
 
     for item in items:
         cls = getattr(item, "cls", None)

@@ -77,3 +77,33 @@ def test_a_failing_fixed_check_shows_the_values_it_compared(tmp_path: Path) -> N
     assert done.returncode == 1, done.stdout + done.stderr
     (error,) = [line for line in done.stdout.splitlines() if line.strip().startswith("error:")]
     assert "assert [" in error and "== [" in error and "'Run-x'" in error, error
+
+
+def test_on_a_terminal_the_bar_moves_while_checks_run_and_the_machines_come_last(tmp_path: Path) -> None:
+    """The progress bar knows its total and moves check by check (it used to stay at 0/? until the end,
+    drawn into pytest's capture); the fault machines, the slow part, run after every fixed check."""
+    import pty
+    import re
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "TERM": "xterm"}
+    with subprocess.Popen([sys.executable, "-m", "kit.cli", "check", "sqlite", "-k", "definitions or fault_machine",
+                           "--no-report", "--seed", "3"], cwd=tmp_path, env=env, stdin=follower, stdout=follower,
+                          stderr=follower) as proc:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=600) == 0
+    os.close(leader)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    frames = [(area, int(done), int(total)) for area, done, total in re.findall(r"(\w+) \S+ (\d+)/(\d+) ", screen)]
+    assert any(0 < done < total for _, done, total in frames), f"the bar never moved before the end: {frames}"
+    first_done = next(area for area, done, _ in frames if done > 0)
+    assert first_done != "machines", "the fault machines ran before the fixed checks"

@@ -60,9 +60,12 @@ def run(console: Console, args: argparse.Namespace) -> int:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
         console.print(f"seed {args.seed}, machine profile {args.profile} (repeat with --seed {args.seed})")
+        # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
+        # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
+        bar_console = Console(file=console.file, highlight=False, width=console.width if console.is_terminal else None)
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True, disable=args.no_progress,
+            console=bar_console, transient=True, disable=args.no_progress,
         )
         with progress:
             task = progress.add_task("checking", total=None)
