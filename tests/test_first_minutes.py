@@ -107,3 +107,53 @@ def test_on_a_terminal_the_bar_moves_while_checks_run_and_the_machines_come_last
     assert any(0 < done < total for _, done, total in frames), f"the bar never moved before the end: {frames}"
     first_done = next(area for area, done, _ in frames if done > 0)
     assert first_done != "machines", "the fault machines ran before the fixed checks"
+
+
+def test_verdicts_without_timings_draw_no_empty_durations_chart(tmp_path: Path) -> None:
+    """A stress report's invariant verdicts take no time of their own: no empty chart, no 0.000 s 'slowest checks'."""
+    from kit.report import CheckResult, ReportWriter
+
+    writer = ReportWriter.create(tmp_path, "stress")
+    writer.start_run(backend="sqlite", tool="stress")
+    for name in ("fencing", "history"):
+        writer.add(CheckResult(f"invariants.{name}", "invariants", name, "passed", 0.0, "holds"))
+    writer.end_run(duration_s=1.0, exit_code=0)
+    html = (writer.finish() / "index.html").read_text()
+    assert "No check durations recorded." in html
+    assert "0.000 s" not in html and "slowest checks" not in html
+
+
+def test_a_third_party_adapter_has_no_blank_server_or_driver(tmp_path: Path) -> None:
+    from kit.report.meta import environment_versions
+
+    class Custom:
+        name = "mystore"
+
+        def describe(self) -> str:
+            return "MyStore 2.1 on a file"
+
+    versions = environment_versions(Custom())
+    assert versions["server"] == "MyStore 2.1 on a file"
+    assert versions["driver"] and "versions()" in versions["driver"]
+
+
+def test_a_saved_bundle_is_named_by_its_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay line keeps working from another folder (a merged report is read from anywhere)."""
+    from kit.machines.bundle import save_bundle
+
+    monkeypatch.chdir(tmp_path)
+    path = save_bundle({"backend": "sqlite", "seed": 1, "steps": []}, "scenarios/seeds")
+    assert path.is_absolute() and path.exists()
+
+
+def test_kit_run_marks_failed_runs_its_scenarios_expect(tmp_path: Path) -> None:
+    """`kit run all` shows '1 failed' next to PASS only as what the scenario expects."""
+    from kit.commands.run import run_statuses
+
+    assert run_statuses({"completed": 6, "failed": 1, "cancelled": 1}, ok=True) == \
+        "1 cancelled as their scenario expects, 6 completed, 1 failed as their scenario expects"
+    assert run_statuses({"completed": 6, "failed": 1}, ok=False) == "6 completed, 1 failed"
+    done = _kit("run", "all", "--backend", "memory", "--runs", "8", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = next(line for line in done.stdout.splitlines() if "runs" in line and "completed" in line)
+    assert "failed" not in runs or "failed as their scenario expects" in runs, runs
