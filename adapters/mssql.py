@@ -311,6 +311,19 @@ def _start_container() -> tuple[str, Any]:
         ) from None
 
 
+def _driver_problem() -> str | None:
+    """What is missing on the client side (pyodbc, unixODBC, a SQL Server ODBC driver), or None."""
+    try:
+        pyodbc = import_pyodbc()
+    except BackendUnavailable as exc:
+        return f"{exc.reason}. {exc.fix}"
+    drivers = [d for d in pyodbc.drivers() if "SQL Server" in d or "FreeTDS" in d]
+    if not drivers:
+        return ("no SQL Server ODBC driver is registered with unixODBC. Install Microsoft's msodbcsql18, "
+                "or FreeTDS (`apt-get install tdsodbc`)")
+    return None
+
+
 def discover(url: str | None = None) -> MssqlBackend:
     """The SQL Server backend: ``url`` or ``KIT_MSSQL_URL`` (``mssql+pyodbc://``), else a
     testcontainers SQL Server when a Docker engine answers; otherwise
@@ -335,11 +348,12 @@ def discover(url: str | None = None) -> MssqlBackend:
     except BackendUnavailable as exc:
         if given or not exc.reason.startswith("no server found"):
             raise  # an explicit URL, the driver or the container failed: its own message says why
+        driver = _driver_problem()
         raise BackendUnavailable(
             "mssql",
             exc.reason,
             f"Give --url / KIT_MSSQL_URL (like {EXAMPLE}), or run a Docker engine so testcontainers "
-            f"can start {CONTAINER_IMAGE}",
+            f"can start {CONTAINER_IMAGE}" + (f". Either way the driver is missing too: {driver}" if driver else ""),
         ) from None
     try:
         return MssqlBackend(handle, container)

@@ -1,7 +1,8 @@
 """The backend registry: a name (or ``package.module:factory``) to a ready :class:`Backend`.
 
 Built-in names map to factories in the kit's own packages; any other
-``module:attribute`` is a third-party adapter factory. A factory is called with
+``module:attribute`` is a third-party adapter factory, importable from the
+installed packages or from the current folder. A factory is called with
 ``url=`` when a URL is given and without arguments otherwise, and must return an
 object with ``name``, ``capabilities`` and ``provision()`` (the workflow profile) or
 with ``name``, ``queue_promises`` and ``provision()`` (the queue profile). Every failure is a
@@ -68,6 +69,7 @@ def load_factory(target: str) -> Any:
             f"{target!r} is neither a backend name ({', '.join(BUILTIN)}) nor an import path: "
             "write package.module:factory"
         )
+    _current_folder_importable()
     try:
         module = _import_here_or_installed(module_name)
     except ModuleNotFoundError as exc:
@@ -98,6 +100,14 @@ def _wire(spec: str, url: str | None) -> Backend:
     backend = connect(spec)
     backend.kit_spec = spec  # type: ignore[attr-defined]
     return backend
+def _current_folder_importable() -> None:
+    """Let ``mystore:make_backend`` name a module in the current folder, as pytest and ``python -m`` do.
+
+    The folder goes last on ``sys.path``, so it never shadows an installed package (or the kit's own).
+    """
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def resolve(spec: str, url: str | None = None) -> Backend:

@@ -3,13 +3,15 @@
 Bad input (an unknown backend, a bad import path, a malformed or unreachable
 URL, an unreadable file) is one line naming the fix and a non-zero exit, never
 a traceback: 2 for bad input, 3 for a backend that cannot be reached, 1 for a
-failed check or a reproduced divergence.
+failed check or a reproduced divergence. Error lines go to stderr; outside a
+terminal no line is cut at 80 columns.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,9 +21,11 @@ from rich.markup import escape
 from kit import __version__
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "main", "make_console"]
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 1, 2, 3
+UNWRAPPED_WIDTH = 10_000
+"""The console width outside a terminal: wide enough that no line of the kit's is wrapped."""
 
 #: Subcommand modules under kit.commands, in help order.
 COMMANDS = ("check", "backends", "replay", "report", "run", "stress")
@@ -43,17 +47,29 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, modules
 
 
+def make_console(stderr: bool = False) -> Console:
+    """A console for stdout (or stderr) that wraps only on a terminal.
+
+    Outside a terminal (CI logs, pipes, files) with no ``COLUMNS`` set, Rich would cut
+    every line at 80 columns; there lines are written whole instead.
+    """
+    console = Console(highlight=False, stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = UNWRAPPED_WIDTH
+    return console
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, modules = _parser()
     args = parser.parse_args(argv)
-    console = Console(highlight=False)
+    console, errors = make_console(), make_console(stderr=True)
     try:
         return int(modules[args.command].run(console, args))  # type: ignore[attr-defined]
     except ConfigurationError as exc:
-        console.print(f"[bold red]kit: error:[/] {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"[bold red]kit: error:[/] {escape(str(exc))}", soft_wrap=True)
         return EXIT_BAD_INPUT
     except BackendUnavailable as exc:
-        console.print(
+        errors.print(
             f"[bold red]kit: {escape(exc.backend)} is not reachable:[/] {escape(exc.reason)}. {escape(exc.fix)}",
             soft_wrap=True,
         )

@@ -8,7 +8,9 @@ replaced by natural keys, so stores that number rows differently compare equal;
 
 A store may offer ``export_state()`` returning exactly this structure in a few
 queries (the SQL adapters and the reference engine do); the conformance suite
-checks that it equals what the individual reads return.
+checks that it equals what the individual reads return. The state is an
+:class:`~kit.contract.json_exact.ExactState`: its ``==`` compares payloads
+exactly (``True`` is not ``1``, ``1.0`` is not ``1``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from kit.contract.capabilities import ALL_PROMISES, Promise
 from kit.contract.entities import Command, Event, Run, Signal, Timer
+from kit.contract.json_exact import ExactState
 from kit.contract.protocol import Storage, iter_pages
 
 __all__ = ["assemble", "observable_state", "observable_state_from_reads", "run_state"]
@@ -59,7 +62,7 @@ def run_state(store: Storage, run_id: str, promises: Collection[Promise] = ALL_P
 
 def observable_state_from_reads(store: Storage, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any]:
     """Every run of the store's tenant, in run-id order, built from the individual reads."""
-    return {run.run_id: run_state(store, run.run_id, promises) for run in iter_pages(store)}
+    return ExactState({run.run_id: run_state(store, run.run_id, promises) for run in iter_pages(store)})
 
 
 def observable_state(store: Storage, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def observable_state(store: Storage, promises: Collection[Promise] = ALL_PROMISE
     """
     export = getattr(store, "export_state", None)
     if callable(export):
-        return export()  # type: ignore[no-any-return]
+        return ExactState(export())
     return observable_state_from_reads(store, promises)
 
 

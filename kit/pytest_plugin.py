@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -120,6 +121,18 @@ def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int,
     return str(profile), session_seed(config), str(seeds), str(spec)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's asserts show the values they compared, as in any pytest test file.
+
+    pytest rewrites the asserts of test files, and of an installed plugin's package, but not of an
+    editable install (a fresh clone's ``pip install -e .``); so ``kit.conformance`` is marked here,
+    before the suite is imported. A check failing ``assert paged == sorted(ids)`` then reports both lists,
+    not a bare ``AssertionError``.
+    """
+    if "kit.conformance" not in sys.modules:
+        pytest.register_assert_rewrite("kit.conformance")
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [f"kit seed: {session_seed(config)} (replay this session's machines with --kit-seed {session_seed(config)})"]
     name = config.getoption("kit_backend")
@@ -129,8 +142,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit)."""
+    """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit); run the fault
+    machines last, so the quick fixed checks give their verdicts first."""
     from kit.conformance._harness import AreaChecks, check_id
+
+    def machines_last(item: pytest.Item) -> bool:
+        cls, function = getattr(item, "cls", None), getattr(item, "function", None)
+        return (cls is not None and function is not None and issubclass(cls, AreaChecks)
+                and check_id(cls, function.__name__).startswith("machines."))
+
+    items.sort(key=machines_last)
 
     for item in items:
         cls = getattr(item, "cls", None)

@@ -78,6 +78,7 @@ def run_suite(
         "-p", "no:terminal",
         "-p", "no:randomly",
         "-p", "no:faulthandler",  # nested: never reinstall process-wide signal handlers (wasmtime traps)
+        "--capture=sys",  # not fd: the caller's progress display keeps its terminal while checks run
         "--import-mode=importlib",
         "-W", "ignore::pytest.PytestRemovedIn10Warning",
     ]

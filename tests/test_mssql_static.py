@@ -406,6 +406,20 @@ def test_without_url_or_docker_discovery_names_both_ways(no_server: None) -> Non
     assert "start a local server" not in message  # SQL Server has no local default
 
 
+def test_without_url_a_missing_driver_is_named_too(no_server: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kit check mssql` with no server and no pyodbc says both: where a server comes from, and what to install."""
+    import adapters.mssql
+
+    def missing() -> None:
+        raise BackendUnavailable("mssql", "the pyodbc package is not installed", "Install it with: pip install pyodbc")
+
+    monkeypatch.setattr(adapters.mssql, "import_pyodbc", missing)
+    with pytest.raises(BackendUnavailable) as info:
+        discover()
+    message = str(info.value)
+    assert "KIT_MSSQL_URL" in message and "pyodbc" in message and "pip install pyodbc" in message
+
+
 @pytest.mark.parametrize(
     "url",
     ["not a url", "mssql+pyodbc://sa:pw@host:notaport/db", "mssql+pymssql://sa:pw@host/db",
@@ -423,7 +437,7 @@ def test_kit_check_mssql_exits_3_with_one_line(no_server: None, monkeypatch: pyt
 
     monkeypatch.setenv("COLUMNS", "2000")  # Rich wraps at the terminal width; the message is one line
     assert main(["check", "mssql"]) == 3
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert len(out.splitlines()) == 1, out
     assert "mssql is not reachable" in out and "KIT_MSSQL_URL" in out
 

@@ -73,7 +73,7 @@ def test_an_unreachable_backend_stays_one_line_and_writes_no_report(
     monkeypatch.setenv("COLUMNS", "2000")
     url = "postgresql+psycopg://nobody:TopS3cretPw@127.0.0.1:1/nothing"
     code = main(["check", "postgres", "--url", url, "--no-progress", "--report-dir", str(tmp_path / "r")])
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert code == 3 and "TopS3cretPw" not in out and len(out.splitlines()) == 1, out
     assert not (tmp_path / "r").exists()
 
@@ -82,7 +82,7 @@ def test_bad_report_dir_is_one_line_naming_the_fix(tmp_path: Path, capsys: pytes
     blocker = tmp_path / "file"
     blocker.write_text("")
     code = main(["check", "sqlite", "-k", "definitions", "--no-progress", "--report-dir", str(blocker / "sub")])
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 2 and "pass --report-dir DIR, or --no-report" in out and "Traceback" not in out
 
 
@@ -134,7 +134,7 @@ def test_kit_report_bad_input_is_one_line_and_exit_2(
 ) -> None:
     path = make(tmp_path)  # type: ignore[operator]
     assert main(["report", str(path)]) == 2
-    out = capsys.readouterr().out.strip()
+    out = capsys.readouterr().err.strip()
     assert expected in out and out.startswith("kit: error:") and len(out.splitlines()) == 1, out
 
 
@@ -142,7 +142,7 @@ def test_kit_report_on_a_folder_of_reports_says_to_pass_them(tmp_path: Path, cap
     assert main(["check", "memory", "-k", "definitions", "--no-progress", "--report-dir", str(tmp_path)]) == 0
     capsys.readouterr()
     assert main(["report", str(tmp_path)]) == 2
-    assert f"pass them instead, e.g. kit report {tmp_path}/*" in capsys.readouterr().out.replace("\n", "")
+    assert f"pass them instead, e.g. kit report {tmp_path}/*" in capsys.readouterr().err.replace("\n", "")
 
 
 def test_an_exception_in_kit_check_leaves_a_partial_report(
@@ -198,4 +198,4 @@ def test_rendering_a_merge_again_stays_in_the_merge_folder(tmp_path: Path, capsy
     assert {f: (f / "results.json").read_text() for f in folders} == before  # the sources are untouched
     assert json.loads((tmp_path / "merged" / "results.json").read_text())["kind"] == "merge"
     assert main(["report", str(folders[0]), "--out", str(folders[1])]) == 2
-    assert "already holds another run's journal" in capsys.readouterr().out
+    assert "already holds another run's journal" in capsys.readouterr().err

@@ -81,4 +81,4 @@ def test_kit_run_cli_passes_and_rejects_unknown_scenarios(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "decisions per second" in out and "PASS" in out and "p50" in out
     assert main(["run", "nope", "--backend", "memory", "--no-progress"]) == 2
-    assert "unknown scenario 'nope'" in capsys.readouterr().out
+    assert "unknown scenario 'nope'" in capsys.readouterr().err

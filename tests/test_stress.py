@@ -93,7 +93,7 @@ def test_kit_stress_command_prints_the_seed_and_every_verdict(tmp_path: Path, ca
 
 def test_kit_stress_rejects_bad_input_naming_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["stress", "--faults", "nap", "--no-progress"]) == 2
-    assert "unknown fault kind 'nap'" in capsys.readouterr().out
+    assert "unknown fault kind 'nap'" in capsys.readouterr().err
     assert main(["stress", "--scenarios", "order,nope", "--no-progress"]) == 2
-    assert "unknown scenario" in capsys.readouterr().out
+    assert "unknown scenario" in capsys.readouterr().err
     assert main(["stress", "--workers", "0", "--no-progress"]) == 2

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -34,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
     parser.add_argument("--seed", type=int, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
-    parser.add_argument("--seeds-dir", default="scenarios/seeds", help="where failing scenarios are saved")
+    parser.add_argument("--seeds-dir", help="where failing scenarios are saved (default: scenarios/seeds, or the "
+                                             "temporary folder with --no-report)")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
                         help="where the run's report folder <timestamp>-<backend>/ is written "
                              "(default: KIT_REPORT_DIR, else reports)")
@@ -47,6 +52,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
     from kit.runner import run_suite
 
     backend = resolve(args.backend, args.url)
+    if args.seeds_dir is None:
+        args.seeds_dir = str(Path(tempfile.gettempdir()) / "kit-seeds") if args.no_report else "scenarios/seeds"
     report = CheckReport(console, args)
     if args.seed is None and os.environ.get("KIT_SEED", "").isdigit():
         args.seed = int(os.environ["KIT_SEED"])
@@ -58,9 +65,12 @@ def run(console: Console, args: argparse.Namespace) -> int:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
         console.print(f"seed {args.seed}, machine profile {args.profile} (repeat with --seed {args.seed})")
+        # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
+        # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
+        bar_console = Console(file=console.file, highlight=False, width=console.width if console.is_terminal else None)
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True, disable=args.no_progress,
+            console=bar_console, transient=True, disable=args.no_progress,
         )
         with progress:
             task = progress.add_task("checking", total=None)
@@ -72,8 +82,9 @@ def run(console: Console, args: argparse.Namespace) -> int:
                 report.add(result)
                 progress.update(task, advance=1, description=getattr(result, "area", "checking"))
 
-            suite = run_suite(backend, keyword=args.keyword, extra_args=_extra_args(args),
-                              on_result=advanced, on_collected=collected)
+            with _hypothesis_home():
+                suite = run_suite(backend, keyword=args.keyword, extra_args=_extra_args(args),
+                                  on_result=advanced, on_collected=collected)
     except BaseException as exc:
         report.abort(exc)
         raise
@@ -82,6 +93,19 @@ def run(console: Console, args: argparse.Namespace) -> int:
     print_summary(console, suite, args)
     report.finish(suite)
     return 0 if suite.ok else 1
+
+
+@contextmanager
+def _hypothesis_home() -> Iterator[None]:
+    """Hypothesis's own files (its constants cache) go to a temporary folder, never ``./.hypothesis``."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    with tempfile.TemporaryDirectory(prefix="kit-hypothesis-") as home:
+        set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(None)
 
 
 def _extra_args(args: argparse.Namespace) -> list[str]:

@@ -19,6 +19,7 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 
 __all__ = ["ClaimChecks"]
@@ -220,7 +221,7 @@ class ClaimChecks(AreaChecks):
         claim = self.started_and_claimed(store)
         snapshot = store.load_claimed(claim)
         assert isinstance(snapshot, Snapshot)
-        assert snapshot.run == store.get_run("run-1")
+        assert_json_equal(snapshot.run, store.get_run("run-1"), "the snapshot's run")
         assert snapshot.history == () and snapshot.signals == () and snapshot.command_results == ()
 
     @requires(Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS, Promise.WAKE_ON_INPUT, Capability.TEST_CLOCK)

@@ -19,6 +19,7 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 
 __all__ = ["CommandChecks"]
@@ -41,7 +42,8 @@ class CommandChecks(AreaChecks):
         self.blocked_on_command(store, input={"n": 7})
         now = store.now()
         cmd = self._one(store)
-        assert (cmd.attempt, cmd.generation, cmd.name, cmd.input, cmd.operation_key) == (1, 1, "do-work", {"n": 7}, "op-1")
+        assert_json_equal((cmd.attempt, cmd.generation, cmd.name, cmd.input, cmd.operation_key), (1, 1, "do-work", {"n": 7}, "op-1"),
+                          "(attempt, generation, name, input, operation_key)")
         assert cmd.expires_at == now + LEASE
         stored = store.get_command(cmd.command_id)
         assert stored is not None and stored.status is CommandStatus.CLAIMED and stored.claim_owner == "worker"
@@ -121,7 +123,8 @@ class CommandChecks(AreaChecks):
         cmd = self._one(store)
         assert store.complete_command(cmd, {"charged": 12.5}) is Outcome.COMPLETED
         stored = store.get_command(cmd.command_id)
-        assert stored is not None and stored.status is CommandStatus.COMPLETED and stored.result == {"charged": 12.5}
+        assert stored is not None and stored.status is CommandStatus.COMPLETED
+        assert_json_equal(stored.result, {"charged": 12.5}, "the stored result")
         assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
 
     def test_second_completion_is_terminal_and_keeps_first_result(self, store: Storage) -> None:
@@ -242,7 +245,8 @@ class CommandChecks(AreaChecks):
         cmd = self._one(store)
         assert store.fail_command(cmd, {"e": "timeout"}, retry_after=timedelta(seconds=7)) is Outcome.RETRY_SCHEDULED
         stored = store.get_command(cmd.command_id)
-        assert stored is not None and stored.status is CommandStatus.PENDING and stored.error == {"e": "timeout"}
+        assert stored is not None and stored.status is CommandStatus.PENDING
+        assert_json_equal(stored.error, {"e": "timeout"}, "the stored error")
         assert store.get_run("run-1").status is self.waiting_status()  # type: ignore[union-attr]
         store.advance_test_clock(timedelta(seconds=7) - US)
         assert store.claim_commands("worker", LEASE) == []
@@ -255,7 +259,8 @@ class CommandChecks(AreaChecks):
         assert store.fail_command(self._one(store), "e1") is Outcome.RETRY_SCHEDULED
         assert store.fail_command(self._one(store), "e2") is Outcome.FAILED
         stored = store.list_commands("run-1")[0]
-        assert stored.status is CommandStatus.FAILED and stored.error == "e2"
+        assert stored.status is CommandStatus.FAILED
+        assert_json_equal(stored.error, "e2", "the stored error")
         assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
         snapshot = store.load_claimed(self.claim_one(store))
         assert isinstance(snapshot, Snapshot) and [c.operation_key for c in snapshot.command_results] == ["op-1"]
@@ -330,7 +335,7 @@ class CommandChecks(AreaChecks):
         outcomes = Threads.run([partial(s.complete_command, cmd, {"from": i}) for i, s in enumerate(stores)])
         assert sorted(o.value for o in outcomes) == ["completed", "terminal", "terminal", "terminal"]
         winner = outcomes.index(Outcome.COMPLETED)
-        assert stores[0].get_command(cmd.command_id).result == {"from": winner}  # type: ignore[union-attr]
+        assert_json_equal(stores[0].get_command(cmd.command_id).result, {"from": winner}, "the result")  # type: ignore[union-attr]
 
     @requires(Capability.SKIP_LOCKED, Promise.UNIT_OF_WORK, Capability.CONCURRENT_CONNECTIONS)
     def test_command_claimers_skip_rows_locked_by_an_open_claim(self, open_store: Callable[..., Storage]) -> None:

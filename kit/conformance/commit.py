@@ -27,6 +27,7 @@ from kit.contract import (
     StorageError,
     TimerStatus,
 )
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 from kit.faults import StatementFaults
 
@@ -222,7 +223,7 @@ class CommitChecks(AreaChecks):
         assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
         commands = {c.operation_key: c for c in store.list_commands("run-1")}
         assert sorted(commands) == ["op-1", "op-2"]
-        assert (commands["op-1"].name, commands["op-1"].input) == ("original", {"v": 1})
+        assert_json_equal((commands["op-1"].name, commands["op-1"].input), ("original", {"v": 1}), "(name, input) of op-1")
 
     @requires(Promise.COMMANDS, Promise.TIMERS, Capability.TEST_CLOCK)
     def test_first_wins_within_one_decision(self, store: Storage) -> None:
@@ -257,7 +258,7 @@ class CommitChecks(AreaChecks):
         assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.FAILED
-        assert (run.output, run.error) == ({"partial": [1, 2]}, {"kind": "boom", "retry": False})
+        assert_json_equal((run.output, run.error), ({"partial": [1, 2]}, {"kind": "boom", "retry": False}), "(output, error)")
 
     def test_terminal_run_never_changes(self, store: Storage) -> None:
         """Once terminal, nothing changes a run: commits, claims, signals, cancels are all refused."""

@@ -19,8 +19,10 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.json_exact import assert_json_equal, json_difference
+from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
 from kit.contract.outcomes import Outcome
-from kit.contract.validation import MAX_KEY, MAX_RUN_ID, json_equal
+from kit.contract.validation import MAX_KEY, MAX_RUN_ID
 
 __all__ = ["CONFUSABLE_KEYS", "JSON_SAMPLES", "KeyAndPayloadChecks"]
 
@@ -37,12 +39,18 @@ def _nested(depth: int) -> Any:
 JSON_SAMPLES: dict[str, Any] = {
     "null": None,
     "true": True,
+    "false": False,
     "zero": 0,
     "negative": -17,
     "int64_max": 2**63 - 1,
     "int64_min": -(2**63),
     "beyond_int64": 2**64 + 1,
     "huge_int": 10**30,
+    "integer_boundaries": list(INTEGER_BOUNDARIES),
+    "integral_floats": list(INTEGRAL_FLOATS),
+    "numbers_nested": {"ints": {str(n): n for n in INTEGER_BOUNDARIES},
+                       "floats": [[{"f": f}] for f in INTEGRAL_FLOATS],
+                       "look_alike": [True, 1, 1.0, False, 0, 0.0, None]},
     "float": 0.1,
     "float_exponent": 1.5e300,
     "tiny_float": 5e-324,
@@ -69,7 +77,8 @@ class KeyAndPayloadChecks(AreaChecks):
             assert store.start_run(run_id, ref, {"i": i}).created
         for i, run_id in enumerate(CONFUSABLE_KEYS):
             run = store.get_run(run_id)
-            assert run is not None and run.input == {"i": i} and run.run_id == run_id
+            assert run is not None and run.run_id == run_id
+            assert_json_equal(run.input, {"i": i}, f"the input of {run_id!r}")
 
     def test_idempotency_keys_are_byte_exact(self, store: Storage) -> None:
         """Idempotency keys that differ only in case or normalisation start different runs."""
@@ -111,7 +120,8 @@ class KeyAndPayloadChecks(AreaChecks):
         ids = ["k", "k ", "k  ", " k"]
         assert all(store.start_run(run_id, ref, {"id": run_id}).created for run_id in ids)
         assert [r.run_id for r in store.list_runs() if r.run_id != "run-1"] == sorted(ids)
-        assert all(store.get_run(run_id).input == {"id": run_id} for run_id in ids)  # type: ignore[union-attr]
+        for run_id in ids:
+            assert_json_equal(store.get_run(run_id).input, {"id": run_id}, f"the input of {run_id!r}")  # type: ignore[union-attr]
 
     def test_long_keys_differing_at_the_end_stay_distinct(self, store: Storage) -> None:
         """Maximum-length keys that differ only in their last character are never truncated together."""
@@ -119,7 +129,7 @@ class KeyAndPayloadChecks(AreaChecks):
             self.waiting(store, "run-1")
             keys = ["k" * (MAX_KEY - 1) + c for c in "ab"]
             assert all(store.send_signal("run-1", "go", {"k": k[-1]}, k).created for k in keys)
-            assert [s.payload for s in store.list_signals("run-1")] == [{"k": "a"}, {"k": "b"}]
+            assert_json_equal([s.payload for s in store.list_signals("run-1")], [{"k": "a"}, {"k": "b"}], "the payloads")
         ref = self.define(store)
         long_ids = ["r" * (MAX_RUN_ID - 1) + c for c in "ab"]
         for run_id in long_ids:
@@ -172,8 +182,27 @@ class KeyAndPayloadChecks(AreaChecks):
             places["command result"] = snapshot.command_results[0].result
         places["run output"] = run.output
         places["run error"] = run.error
-        wrong = [where for where, got in places.items() if not json_equal(got, value)]
-        assert not wrong, f"{sample} came back changed from: {', '.join(wrong)}"
+        wrong = [f"{where} ({diff})" for where, got in places.items() if (diff := json_difference(got, value))]
+        assert not wrong, f"{sample} came back changed from: {'; '.join(wrong)}"
+
+    @requires(Promise.SIGNALS)
+    def test_numbers_at_every_boundary_round_trip_at_top_level(self, store: Storage) -> None:
+        """Every integer at the int32, double, int64 and uint64 boundaries (each +-1), 10**30 and integral
+        floats come back as the same number of the same type, as a whole run input and signal payload."""
+        self.waiting(store, "run-zz")
+        ref = self.define(store)
+        run_ids = [f"run-{i:02}" for i in range(len(NUMBER_BOUNDARIES))]
+        for run_id, number in zip(run_ids, NUMBER_BOUNDARIES):
+            assert store.start_run(run_id, ref, number).created
+        for run_id, number in zip(run_ids, NUMBER_BOUNDARIES):
+            store.send_signal("run-zz", "n", number, run_id)
+        signals = store.list_signals("run-zz")
+        assert len(signals) == len(NUMBER_BOUNDARIES)
+        for run_id, number, signal in zip(run_ids, NUMBER_BOUNDARIES, signals):
+            run = store.get_run(run_id)
+            assert run is not None
+            assert_json_equal(run.input, number, f"run input {number!r}")
+            assert_json_equal(signal.payload, number, f"signal payload {number!r}")
 
     @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1: "int key"}, b"bytes", {"set": {1}}, ("tuple",)],
                              ids=["nan", "infinity", "int_key", "bytes", "set", "tuple"])

@@ -23,6 +23,7 @@ from kit.contract import (
     digest_of,
     iter_pages,
 )
+from kit.contract.json_exact import assert_json_equal, json_equal
 from kit.contract.outcomes import Outcome
 from kit.inspect import observable_state_from_reads
 
@@ -41,10 +42,11 @@ class RunChecks(AreaChecks):
         run = result.run
         assert result.created
         assert (run.status, run.revision, run.claim_generation, run.claim_owner) == (RunStatus.PENDING, 0, 0, None)
-        assert run.input == {"order": 42} and run.definition == ref
+        assert run.definition == ref
+        assert_json_equal(run.input, {"order": 42}, "the run input")
         assert earliest <= run.created_at <= latest, "created_at is not the store clock's time of the start"
         assert run.output is None and not run.cancel_requested
-        assert store.get_run("run-1") == run
+        assert_json_equal(store.get_run("run-1"), run, "get_run()")
 
     @requires(Promise.DEFINITIONS)
     def test_start_requires_an_ensured_definition(self, store: Storage) -> None:
@@ -82,7 +84,7 @@ class RunChecks(AreaChecks):
         self.claim_one(store)
         before = self.observed(store)
         late = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
-        assert not late.created and late.run == store.get_run("run-1"), f"a retry after a claim did not return the run as it is: {late}"
+        assert not late.created and json_equal(late.run, store.get_run("run-1")), f"a retry after a claim did not return the run as it is: {late}"
         assert late.run.status is RunStatus.RUNNING and self.observed(store) == before, "the late retry changed the run"
 
     def test_duplicate_run_id_is_refused(self, store: Storage) -> None:
@@ -163,7 +165,7 @@ class RunChecks(AreaChecks):
         events = tuple(NewEvent("e", {"i": i}) for i in range(5))
         assert store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=events)) is Outcome.COMMITTED
         assert [e.seq for e in store.get_history("run-1", after_seq=2, limit=2)] == [3, 4]
-        assert [e.payload["i"] for e in store.get_history("run-1")] == [0, 1, 2, 3, 4]
+        assert_json_equal([e.payload["i"] for e in store.get_history("run-1")], [0, 1, 2, 3, 4], "the payloads in history order")
 
     @requires(Promise.COMMANDS, Promise.TIMERS, Promise.SIGNALS)
     def test_export_state_matches_reads(self, store: Storage) -> None:
@@ -176,7 +178,7 @@ class RunChecks(AreaChecks):
         self.start(store, "d", definition=self.define(store))
         store.send_signal("a", "go", {"x": 1}, "s1")
         exported = store.export_state()  # type: ignore[attr-defined]
-        assert exported == observable_state_from_reads(store)
+        assert_json_equal(exported, observable_state_from_reads(store), "export_state()")
         assert list(exported) == ["a", "b", "c", "d"]
 
     @requires(Promise.CANCEL_REQUESTS, Promise.WAKE_ON_INPUT)
@@ -196,7 +198,7 @@ class RunChecks(AreaChecks):
         store.request_cancel("run-1", "first")
         before = store.get_run("run-1")
         assert store.request_cancel("run-1", "second") is Outcome.DUPLICATE
-        assert store.get_run("run-1") == before
+        assert_json_equal(store.get_run("run-1"), before, "the run")
 
     @requires(Promise.CANCEL_REQUESTS)
     def test_cancel_request_on_closed_or_absent_run(self, store: Storage) -> None:
@@ -204,7 +206,7 @@ class RunChecks(AreaChecks):
         self.completed(store)
         before = store.get_run("run-1")
         assert store.request_cancel("run-1") is Outcome.TERMINAL
-        assert store.get_run("run-1") == before
+        assert_json_equal(store.get_run("run-1"), before, "the run")
         assert store.request_cancel("ghost") is Outcome.NOT_FOUND
 
     @requires(Promise.CANCEL_REQUESTS, Promise.WAKE_ON_INPUT)

@@ -7,6 +7,7 @@ from functools import partial
 
 from kit.conformance._harness import AreaChecks, Threads, requires
 from kit.contract import Capability, Decision, Promise, RunStatus, SignalStatus, Storage
+from kit.contract.json_exact import assert_json_equal
 from kit.contract.outcomes import Outcome
 
 __all__ = ["SignalChecks"]
@@ -24,7 +25,9 @@ class SignalChecks(AreaChecks):
         latest = store.now()
         assert receipt.outcome is Outcome.COMMITTED and receipt.created
         signal = receipt.signal
-        assert signal is not None and (signal.name, signal.payload, signal.status) == ("approve", {"by": "ana"}, SignalStatus.PENDING)
+        assert signal is not None
+        assert_json_equal((signal.name, signal.payload, signal.status), ("approve", {"by": "ana"}, SignalStatus.PENDING),
+                          "(name, payload, status)")
         assert earliest <= signal.sent_at <= latest and store.list_signals("run-1") == [signal]
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.PENDING

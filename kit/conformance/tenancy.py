@@ -20,6 +20,7 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.json_exact import assert_json_equal, json_equal
 from kit.contract.outcomes import Outcome
 
 __all__ = ["TenancyChecks"]
@@ -66,7 +67,8 @@ class TenancyChecks(AreaChecks):
         """Two tenants may use the same run id and idempotency key independently."""
         a = store.start_run("run-1", self.define(store), {"t": "a"}, idempotency_key="k").run
         b_result = other.start_run("run-1", self.define(other), {"t": "b"}, idempotency_key="k")
-        assert b_result.created and b_result.run.input == {"t": "b"}
+        assert b_result.created
+        assert_json_equal(b_result.run.input, {"t": "b"}, "the other tenant's run input")
         assert store.get_run("run-1") == a
 
     @requires(Promise.DEFINITIONS)
@@ -124,7 +126,7 @@ class TenancyChecks(AreaChecks):
         snapshot = other.load_claimed(b)
         assert isinstance(snapshot, Snapshot), f"this tenant's live claim could not load its run: {snapshot}"
         loaded = (snapshot.history, snapshot.command_results, snapshot.signals, snapshot.timers)
-        assert snapshot.run == b_run and loaded == ((), (), (), ()), f"the snapshot holds another tenant's data: {snapshot}"
+        assert json_equal(snapshot.run, b_run) and loaded == ((), (), (), ()), f"the snapshot holds another tenant's data: {snapshot}"
 
     @requires(Promise.GENERATION_FENCING, Promise.EXPECTED_REVISION, Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS)
     def test_colliding_run_id_keeps_keys_per_tenant(self, store: Storage, other: Storage) -> None:
@@ -137,7 +139,7 @@ class TenancyChecks(AreaChecks):
         receipt = other.send_signal("run-1", "go", {"tenant": "b"}, "s")
         assert receipt.outcome is Outcome.COMMITTED and receipt.created, f"signal deduplicated across tenants: {receipt}"
         history = [(e.seq, e.operation_key, e.payload, e.revision) for e in other.get_history("run-1")]
-        assert history == [(1, "op", {"tenant": "b"}, 1)], f"history not started fresh at seq 1: {history}"
+        assert json_equal(history, [(1, "op", {"tenant": "b"}, 1)]), f"history not started fresh at seq 1: {history}"
         commands = [(c.operation_key, c.input) for c in other.list_commands("run-1")]
         assert commands == [("op", {"tenant": "b"})], f"command not created fresh in this tenant: {commands}"
         timers = [t.operation_key for t in other.list_timers("run-1")]

@@ -19,6 +19,7 @@ from decimal import Decimal
 from kit.clock import ensure_utc
 from kit.contract.entities import JSON, Decision, RunStatus
 from kit.contract.errors import InvalidArgument, InvalidDecision
+from kit.contract.json_exact import json_equal
 
 __all__ = [
     "MAX_KEY",
@@ -110,29 +111,46 @@ def check_json(label: str, value: JSON) -> JSON:
 
 
 def encode_json(value: JSON) -> str:
-    """Compact JSON text for storage (after :func:`check_json`)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """Compact JSON text for storage (after :func:`check_json`).
 
-
-def json_equal(a: JSON, b: JSON) -> bool:
-    """Equality of JSON values: numbers by exact decimal value, never bool == int.
-
-    ``1.5e300`` and ``15`` followed by 299 zeros are one JSON number (jsonb prints
-    the second for the first); ``true`` and ``1`` are not.
+    A float is always spelled as a float: Python writes ``1e+300`` for a float at
+    or beyond 1e16, which a store keeping numbers as decimals (PostgreSQL's
+    ``jsonb``) prints back as the integer ``1000...0``, so such floats are
+    written out in full with a ``.0`` fraction that every store keeps.
     """
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return _decimal(a) == _decimal(b)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text if "e+" not in text else _encode_floats_as_floats(value)
 
 
-def _decimal(number: float) -> Decimal:
-    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
+def _encode_floats_as_floats(value: JSON) -> str:
+    """:func:`encode_json`'s slow path, iterative so deep values encode too."""
+    out: list[str] = []
+    stack: list[tuple[bool, object]] = [(False, value)]
+    while stack:
+        literal, item = stack.pop()
+        if literal:
+            out.append(str(item))
+        elif isinstance(item, float):
+            out.append(_float_text(item))
+        elif isinstance(item, list | tuple):
+            parts: list[tuple[bool, object]] = [(True, "[")]
+            for i, v in enumerate(item):
+                parts.extend([(True, ","), (False, v)] if i else [(False, v)])
+            stack.extend(reversed([*parts, (True, "]")]))
+        elif isinstance(item, dict):
+            parts = [(True, "{")]
+            for i, (k, v) in enumerate(item.items()):
+                key = json.dumps(k, ensure_ascii=False) + ":"
+                parts.extend([(True, "," + key) if i else (True, key), (False, v)])
+            stack.extend(reversed([*parts, (True, "}")]))
+        else:
+            out.append(json.dumps(item, ensure_ascii=False))
+    return "".join(out)
+
+
+def _float_text(number: float) -> str:
+    text = repr(number)
+    return f"{Decimal(text):f}.0" if "e+" in text else text
 
 
 def decode_json(text: str | bytes | None) -> JSON:

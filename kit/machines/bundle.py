@@ -46,7 +46,11 @@ def make_bundle(
 
 
 def save_bundle(bundle: dict[str, Any], where: Path | str) -> Path:
-    """Write ``bundle`` into folder ``where`` (or to ``where`` if it ends in .json), atomically."""
+    """Write ``bundle`` into folder ``where`` (or to ``where`` if it ends in .json), atomically.
+
+    Returns the absolute path: the replay line a failure prints (and a report keeps, merged ones too)
+    works from any folder.
+    """
     target = Path(where)
     if target.suffix != ".json":
         target.mkdir(parents=True, exist_ok=True)
@@ -57,7 +61,7 @@ def save_bundle(bundle: dict[str, Any], where: Path | str) -> Path:
     partial = target.with_suffix(".json.partial")
     partial.write_text(json.dumps(bundle, indent=1, ensure_ascii=False, sort_keys=True, default=str) + "\n", encoding="utf-8")
     partial.replace(target)
-    return target
+    return target.resolve()
 
 
 def load_bundle(path: Path | str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from kit.contract import (
     Snapshot,
     StorageError,
 )
+from kit.contract.json_exact import json_difference, json_equal
 from kit.contract.protocol import iter_pages
 from kit.inspect import observable_state
 from kit.machines.invariants import violations
@@ -131,7 +132,7 @@ class Interpreter:
         record.outcome = adapter_out
         if self.narrate is not None:
             self.narrate(record.narration())
-        if adapter_out != reference_out:
+        if not json_equal(adapter_out, reference_out):
             raise Divergence(index, step, "outcome",
                              f"the adapter answered {_short(adapter_out)}, the reference {_short(reference_out)}",
                              adapter_out, reference_out)
@@ -425,7 +426,7 @@ class Interpreter:
             ref_raws: list[Any] = [None] * len(ops)
             for i in order:
                 ref_raws[i] = self._call(self.reference, calls[i][0], index, step)
-            if [normalize(r) for r in ref_raws] == adapter_out:
+            if json_equal([normalize(r) for r in ref_raws], adapter_out):
                 break
         else:
             self._ref_db.state.tables = saved
@@ -588,9 +589,9 @@ class Interpreter:
         broken = violations(before, runs_only, now, self._commits, self._acked)
         if broken:
             raise Divergence(index, step, "invariant", "; ".join(broken))
-        if adapter_state != reference_state:
-            raise Divergence(index, step, "state", _first_difference(adapter_state, reference_state),
-                             None, None)
+        difference = json_difference(adapter_state, reference_state, ("adapter has", "reference has"), "")
+        if difference is not None:
+            raise Divergence(index, step, "state", difference, None, None)
         self._before = adapter_state
 
 
@@ -612,19 +613,3 @@ def _wait_us(us: int) -> None:
 
 def _observer(side: Side, worker: str) -> Any:
     return side.observer(side.workers[worker].tenant)
-
-
-def _first_difference(a: Any, b: Any, path: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if key not in a:
-                return f"{path}/{key}: only the reference has it ({_short(b[key], 120)})"
-            if key not in b:
-                return f"{path}/{key}: only the adapter has it ({_short(a[key], 120)})"
-            if a[key] != b[key]:
-                return _first_difference(a[key], b[key], f"{path}/{key}")
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                return _first_difference(x, y, f"{path}[{i}]")
-    return f"{path}: adapter has {_short(a, 120)}, reference has {_short(b, 120)}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from kit.contract.json_exact import json_equal
+
 __all__ = ["violations"]
 
 State = dict[str, dict[str, Any]]
@@ -56,9 +58,9 @@ def violations(
                     f"{where}: claim generation went from {old_run['claim_generation']} down to "
                     f"{run['claim_generation']} (invariant 4)"
                 )
-            if old_run["status"] in ("completed", "failed", "cancelled") and _comparable(old) != _comparable(state):
+            if old_run["status"] in ("completed", "failed", "cancelled") and not json_equal(_comparable(old), _comparable(state)):
                 found.append(f"{where}: it was terminal ({old_run['status']}) and still changed (invariant 8)")
-            if state["history"][: len(old["history"])] != old["history"]:
+            if not json_equal(state["history"][: len(old["history"])], old["history"]):
                 found.append(f"{where}: existing history entries were rewritten (invariant 1: append-only)")
             for key, sig in old["signals"].items():
                 new = state["signals"].get(key)

@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 )
 
 from kit.contract import Backend, Capability
+from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
 from kit.machines.interpreter import Divergence, Interpreter
 
 __all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "run_machine"]
@@ -46,8 +47,10 @@ workers = st.sampled_from(TENANT_A + TENANT_A + ("w3",))
 runs = st.sampled_from(RUNS)
 claims = st.sampled_from(("latest", "latest", "latest", "oldest"))
 leases = st.sampled_from((5, 30))
+#: The first run's input in every example: each number at a boundary, and both booleans, nested once.
+BOUNDARY_SHEET: dict[str, Any] = {"numbers": list(NUMBER_BOUNDARIES), "flags": [True, False]}
 small_json = st.recursive(
-    st.none() | st.booleans() | st.sampled_from((0, -1, 2**63 - 1, 2**64 + 1, 10**30)) | st.sampled_from(("", "x", "\u00e9", "\U0001f600")),
+    st.none() | st.booleans() | st.sampled_from(INTEGER_BOUNDARIES) | st.sampled_from(INTEGRAL_FLOATS) | st.sampled_from(("", "x", "\u00e9", "\U0001f600")),
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(("a", "b", "")), inner, max_size=2),
     max_leaves=4,
 )
@@ -224,9 +227,10 @@ class _Machine(RuleBasedStateMachine):
     @initialize(first=runs, second=runs, idem=st.sampled_from(IDEMS), decided=st.integers(0, 4),
                 delay=st.sampled_from((1, 500)))
     def some_runs(self, first: str, second: str, idem: str | None, decided: int, delay: int) -> None:
-        """Every example starts with work to do: runs, and usually one blocked on a command and a timer."""
+        """Every example starts with work to do: runs (the first carrying every boundary number, so each
+        example proves they round-trip), and usually one blocked on a command and a timer."""
         self.step({"op": "define", "worker": "w0", "name": "wf", "body": "v1"})
-        self.step({"op": "start", "worker": "w0", "run": first, "idem": idem})
+        self.step({"op": "start", "worker": "w0", "run": first, "idem": idem, "input": BOUNDARY_SHEET})
         self.step({"op": "start", "worker": "w1", "run": second})
         if decided:
             self.step({"op": "claim_runs", "worker": "w0", "limit": 1})

@@ -223,9 +223,12 @@ def _durations(report: Report) -> str:
         return '<p class="empty">No check durations recorded.</p>'
     groups = [(area, [sum(float(r.get("duration_s") or 0) for r in run.results if r.get("area") == area)
                       for run in report.runs]) for area in names]
-    chart = bar_chart(groups, [run.label for run in report.runs], "s", "time spent per contract area")
+    groups = [(area, totals) for area, totals in groups if any(t > 0 for t in totals)]
     slow = sorted(((float(r.get("duration_s") or 0), run.label, str(r.get("check"))) for run in report.runs
-                   for r in run.results), reverse=True)[:10]
+                   for r in run.results if float(r.get("duration_s") or 0) > 0), reverse=True)[:10]
+    if not groups or not slow:  # verdicts without timings (a stress run's invariants): no empty chart
+        return '<p class="empty">No check durations recorded.</p>'
+    chart = bar_chart(groups, [run.label for run in report.runs], "s", "time spent per contract area")
     rows = "".join(f"<tr><td class=num>{d:.3f} s</td><td>{_e(label)}</td><td><code>{_e(check)}</code></td></tr>"
                    for d, label, check in slow)
     return (f'<div id="plot-durations">{chart}</div><h3>slowest checks</h3>'

@@ -130,7 +130,18 @@ def environment_versions(backend: object | None = None, name: str | None = None)
             extra = {"versions-hook-error": f"{type(exc).__name__}: {exc}"}
         if isinstance(extra, dict):
             versions.update({str(k): str(v) for k, v in extra.items()})
+    if backend is not None:  # a third-party adapter: say what it is, never a blank cell
+        describe = getattr(backend, "describe", None)
+        try:
+            described = str(describe()) if callable(describe) else ""
+        except Exception:  # noqa: BLE001 - a broken describe() must not cost the report
+            described = ""
+        versions.setdefault("server", described or _NOT_REPORTED)
+        versions.setdefault("driver", _NOT_REPORTED)
     return versions
+
+
+_NOT_REPORTED = "not reported by the adapter (add a versions() method returning {'driver': ..., 'server': ...})"
 
 
 _REPLAY = re.compile(r"(kit replay \S+(?: --backend \S+)?)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from adapters._sql import rows as R
@@ -12,6 +13,7 @@ from kit.contract import (
     ClockMode,
     Command,
     CommandClaim,
+    Decision,
     Definition,
     MigrationSpec,
     Outcome,
@@ -274,6 +276,65 @@ ClaimIgnoresTenant = rewrite_sql(
 )
 
 
+# -- JSON type drift -------------------------------------------------------
+def _drifting(drift: Callable[[Any], Any], name: str) -> type[SqliteStore]:
+    """A store whose JSON encoder applies ``drift`` to every number or boolean it writes."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        return drift(value)
+
+    class Drifting(SqliteStore):
+        def start_run(self, run_id: str, definition: Any, input: Any = None, idempotency_key: str | None = None) -> Any:
+            return super().start_run(run_id, definition, walk(input), idempotency_key)
+
+        def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Any) -> Outcome:
+            if isinstance(decision, Decision):
+                decision = replace(
+                    decision,
+                    events=tuple(replace(e, payload=walk(e.payload)) for e in decision.events),
+                    commands=tuple(replace(c, input=walk(c.input)) for c in decision.commands),
+                    output=walk(decision.output), error=walk(decision.error),
+                )
+            return super().commit_decision(claim, expected_revision, decision)
+
+        def complete_command(self, claim: CommandClaim, result: Any = None) -> Outcome:
+            return super().complete_command(claim, walk(result))
+
+        def fail_command(self, claim: CommandClaim, error: Any = None, retry_after: Any = None, retryable: bool = True) -> Outcome:
+            return super().fail_command(claim, walk(error), retry_after, retryable)
+
+        def send_signal(self, run_id: str, name: str, payload: Any, dedup_key: str) -> SignalReceipt:
+            return super().send_signal(run_id, name, walk(payload), dedup_key)
+
+    Drifting.__name__ = Drifting.__qualname__ = name
+    return Drifting
+
+
+def _big_int_through_double(value: Any) -> Any:
+    """A driver that parses integers into int64 and anything wider into a double."""
+    wide = isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63
+    return float(value) if wide else value
+
+
+def _bool_as_int(value: Any) -> Any:
+    """A boolean column type (TINYINT(1)-style) that keeps 1 and 0."""
+    return int(value) if isinstance(value, bool) else value
+
+
+def _integral_float_as_int(value: Any) -> Any:
+    """An encoder that writes 1.0 as 1 (a JavaScript-style number printer)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+BigIntThroughDouble = _drifting(_big_int_through_double, "BigIntThroughDouble")
+BoolsStoredAsInts = _drifting(_bool_as_int, "BoolsStoredAsInts")
+IntegralFloatsAsInts = _drifting(_integral_float_as_int, "IntegralFloatsAsInts")
+
+
 class VerifyIgnoresChecksums(SqliteStore):
     """verify_schema() compares migration numbers but not their checksums."""
 
@@ -327,6 +388,17 @@ SQLITE_BUGS: tuple[SeededBug, ...] = (
               "commit"),
     SeededBug("seq_ignores_tenant", "the next history seq is counted over every tenant's run of that id",
               _backend(SeqIgnoresTenant), ("tenancy.colliding_run_id_keeps_keys_per_tenant",), "tenancy"),
+    SeededBug("big_int_through_double", "integers beyond int64 are stored as doubles (10**30 becomes 1e30)",
+              _backend(BigIntThroughDouble),
+              ("keys_and_payloads.json_values_round_trip",
+               "keys_and_payloads.numbers_at_every_boundary_round_trip_at_top_level"), "keys_and_payloads"),
+    SeededBug("bools_stored_as_ints", "booleans are stored as 1 and 0", _backend(BoolsStoredAsInts),
+              ("keys_and_payloads.json_values_round_trip", "commit.terminal_commit_records_output_and_error"),
+              "keys_and_payloads or commit"),
+    SeededBug("integral_floats_as_ints", "integral floats come back as integers (1.0 becomes 1)",
+              _backend(IntegralFloatsAsInts),
+              ("keys_and_payloads.json_values_round_trip",
+               "keys_and_payloads.numbers_at_every_boundary_round_trip_at_top_level"), "keys_and_payloads"),
     SeededBug("verify_ignores_checksums", "verify_schema never compares checksums", _backend(VerifyIgnoresChecksums),
               ("schema.verify_fails_closed_on_tampered_migration",), "schema"),
 )
