@@ -538,8 +538,8 @@ class SqlStore:
         return self._read(export)
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument("reason must be a str or None")
+        v.check_text("run_id", run_id, v.MAX_RUN_ID)
+        v.check_optional_text("reason", reason, v.MAX_REASON)
 
         def cancel(cur: Any) -> Outcome:
             run = self._locked_run(cur, run_id)

@@ -25,6 +25,7 @@ from kit.conformance.commit import CommitChecks
 from kit.conformance.definitions import DefinitionChecks
 from kit.conformance.keys_and_payloads import KeyAndPayloadChecks
 from kit.conformance.machines import MachineChecks
+from kit.conformance.payload_limits import PayloadLimitChecks
 from kit.conformance.runs import RunChecks
 from kit.conformance.schema import SchemaChecks
 from kit.conformance.signals import SignalChecks
@@ -45,6 +46,7 @@ __all__ = [
     "DefinitionChecks",
     "KeyAndPayloadChecks",
     "MachineChecks",
+    "PayloadLimitChecks",
     "RunChecks",
     "SchemaChecks",
     "SignalChecks",
@@ -70,6 +72,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     TenancyChecks,
     UnitOfWorkChecks,
     KeyAndPayloadChecks,
+    PayloadLimitChecks,
     MachineChecks,
 )
 

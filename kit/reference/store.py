@@ -319,8 +319,8 @@ class MemoryStore:
             }
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument("reason must be a str or None")
+        v.check_text("run_id", run_id, v.MAX_RUN_ID)
+        v.check_optional_text("reason", reason, v.MAX_REASON)
         with self._unit() as t:
             run = t.runs.get((self.tenant_id, run_id))
             if run is None:
