@@ -29,6 +29,7 @@ from kit.conformance.payload_limits import PayloadLimitChecks
 from kit.conformance.runs import RunChecks
 from kit.conformance.schema import SchemaChecks
 from kit.conformance.signals import SignalChecks
+from kit.conformance.stored_values import StoredValueChecks
 from kit.conformance.tenancy import TenancyChecks
 from kit.conformance.timers import TimerChecks
 from kit.conformance.unit_of_work import UnitOfWorkChecks
@@ -50,6 +51,7 @@ __all__ = [
     "RunChecks",
     "SchemaChecks",
     "SignalChecks",
+    "StoredValueChecks",
     "TenancyChecks",
     "Threads",
     "TimerChecks",
@@ -73,6 +75,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     UnitOfWorkChecks,
     KeyAndPayloadChecks,
     PayloadLimitChecks,
+    StoredValueChecks,
     MachineChecks,
 )
 

@@ -53,6 +53,7 @@ from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
 from kit.migrate import AppliedMigration, pending, verify
 from kit.reference._tables import Tables
+from kit.reference._values import detached, detached_all
 
 __all__ = ["MemoryStore", "SharedState"]
 
@@ -171,7 +172,7 @@ class MemoryStore:
         if not self._depth:
             raise NotInTransaction("lock_run() needs an open transaction(): call it inside one")
         with self._read() as t:
-            return t.runs.get((self.tenant_id, run_id))
+            return detached(t.runs.get((self.tenant_id, run_id)))
 
     # -- schema -----------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -238,7 +239,7 @@ class MemoryStore:
             if idempotency_key is not None:
                 for run in t.runs.values():
                     if run.tenant_id == self.tenant_id and run.idempotency_key == idempotency_key:
-                        return StartResult(run, created=False)
+                        return detached(StartResult(run, created=False))
             if (self.tenant_id, run_id) in t.runs:
                 raise RunAlreadyExists(
                     f"run {run_id!r} already exists: use a new run id, or repeat the original "
@@ -270,7 +271,7 @@ class MemoryStore:
                 wakeup_pending=False,
                 cancel_requested=False,
                 cancel_reason=None,
-                input=input,
+                input=v.copy_json(input),
                 output=None,
                 error=None,
                 idempotency_key=idempotency_key,
@@ -279,11 +280,11 @@ class MemoryStore:
             )
             self._write("INSERT run")
             t.runs[(self.tenant_id, run_id)] = run
-            return StartResult(run, created=True)
+            return detached(StartResult(run, created=True))
 
     def get_run(self, run_id: str) -> Run | None:
         with self._read() as t:
-            return t.runs.get((self.tenant_id, run_id))
+            return detached(t.runs.get((self.tenant_id, run_id)))
 
     def list_runs(
         self, status: RunStatus | None = None, after: str | None = None, limit: int = 100
@@ -297,12 +298,12 @@ class MemoryStore:
                 and (status is None or r.status == status)
                 and (after is None or r.run_id > after)
             ]
-        return sorted(runs, key=lambda r: r.run_id)[:limit]
+        return detached_all(sorted(runs, key=lambda r: r.run_id)[:limit])
 
     def get_history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._read() as t:
             events = [e for e in t.history.get((self.tenant_id, run_id), ()) if e.seq > after_seq]
-        return events if limit is None else events[: v.check_limit(limit)]
+        return detached_all(events if limit is None else events[: v.check_limit(limit)])
 
     def export_state(self) -> dict[str, Any]:
         """The tenant's whole observable state (see kit.inspect), from one consistent state."""
@@ -417,7 +418,7 @@ class MemoryStore:
             if refused:
                 return refused
             assert run is not None
-            return Snapshot(
+            return detached(Snapshot(
                 run=run,
                 history=t.history.get((self.tenant_id, run.run_id), ()),
                 command_results=tuple(
@@ -430,7 +431,7 @@ class MemoryStore:
                 timers=tuple(
                     x for x in self._timers_of(t, run.run_id) if x.status is TimerStatus.FIRED
                 ),
-            )
+            ))
 
     def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
         v.check_decision(decision)
@@ -449,8 +450,8 @@ class MemoryStore:
             for new in decision.events:
                 self._write("INSERT event")
                 history += (
-                    Event(run.run_id, len(history) + 1, new.kind, new.operation_key, new.payload,
-                          revision, now),
+                    Event(run.run_id, len(history) + 1, new.kind, new.operation_key,
+                          v.copy_json(new.payload), revision, now),
                 )
             t.history[key] = history
             taken = {c.operation_key for c in self._commands_of(t, run.run_id)}
@@ -462,7 +463,7 @@ class MemoryStore:
                 cid = t.new_id("commands")
                 t.commands[cid] = (self.tenant_id, Command(
                     command_id=str(cid), run_id=run.run_id, operation_key=nc.operation_key,
-                    name=nc.name, queue=nc.queue, input=nc.input, status=CommandStatus.PENDING,
+                    name=nc.name, queue=nc.queue, input=v.copy_json(nc.input), status=CommandStatus.PENDING,
                     attempt=0, max_attempts=nc.max_attempts, not_before=now + nc.delay,
                     claim_owner=None, claim_generation=0, claim_expires_at=None, result=None,
                     error=None, consumed=False,
@@ -512,8 +513,8 @@ class MemoryStore:
                 claim_expires_at=None,
                 wake_at=wake_at,
                 wakeup_pending=False,
-                output=decision.output,
-                error=decision.error,
+                output=v.copy_json(decision.output),
+                error=v.copy_json(decision.error),
                 updated_at=now,
             )
             return Outcome.COMMITTED
@@ -607,10 +608,10 @@ class MemoryStore:
                     claim_expires_at=expires,
                 )
                 t.commands[cid] = (self.tenant_id, cmd)
-                claims.append(CommandClaim(
+                claims.append(detached(CommandClaim(
                     cmd.command_id, cmd.run_id, worker_id, cmd.claim_generation, expires,
                     cmd.attempt, cmd.name, cmd.queue, cmd.input, cmd.operation_key,
-                ))
+                )))
             return claims
 
     def _command_fence(
@@ -651,7 +652,7 @@ class MemoryStore:
             assert cmd is not None
             self._write("UPDATE command completed")
             t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                cmd, status=CommandStatus.COMPLETED, result=result, claim_expires_at=None))
+                cmd, status=CommandStatus.COMPLETED, result=v.copy_json(result), claim_expires_at=None))
             self._wake_run(t, cmd.run_id, now)
             return Outcome.COMPLETED
 
@@ -673,23 +674,23 @@ class MemoryStore:
             if retryable and cmd.attempt < cmd.max_attempts:
                 self._write("UPDATE command retry")
                 t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                    cmd, status=CommandStatus.PENDING, error=error, claim_owner=None,
+                    cmd, status=CommandStatus.PENDING, error=v.copy_json(error), claim_owner=None,
                     claim_expires_at=None, not_before=from_micros(to_micros(now) + delay_us)))
                 return Outcome.RETRY_SCHEDULED
             self._write("UPDATE command failed")
             t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                cmd, status=CommandStatus.FAILED, error=error, claim_expires_at=None))
+                cmd, status=CommandStatus.FAILED, error=v.copy_json(error), claim_expires_at=None))
             self._wake_run(t, cmd.run_id, now)
             return Outcome.FAILED
 
     def get_command(self, command_id: str) -> Command | None:
         with self._read() as t:
             row = t.commands.get(int(command_id)) if command_id.isdigit() else None
-            return row[1] if row is not None and row[0] == self.tenant_id else None
+            return detached(row[1]) if row is not None and row[0] == self.tenant_id else None
 
     def list_commands(self, run_id: str) -> list[Command]:
         with self._read() as t:
-            return self._commands_of(t, run_id)
+            return detached_all(self._commands_of(t, run_id))
 
     # -- signals ----------------------------------------------------------
     def send_signal(self, run_id: str, name: str, payload: JSON, dedup_key: str) -> SignalReceipt:
@@ -703,20 +704,20 @@ class MemoryStore:
                 return SignalReceipt(Outcome.NOT_FOUND)
             for existing in self._signals_of(t, run_id):
                 if existing.dedup_key == dedup_key:
-                    return SignalReceipt(Outcome.DUPLICATE, existing)
+                    return detached(SignalReceipt(Outcome.DUPLICATE, existing))
             if run.status.terminal:
                 return SignalReceipt(Outcome.TERMINAL)
             now = self._now()
             self._write("INSERT signal")
             sid = t.new_id("signals")
-            signal = Signal(str(sid), run_id, name, payload, dedup_key, SignalStatus.PENDING, None, now)
+            signal = Signal(str(sid), run_id, name, v.copy_json(payload), dedup_key, SignalStatus.PENDING, None, now)
             t.signals[sid] = (self.tenant_id, signal)
             self._wake_run(t, run_id, now)
-            return SignalReceipt(Outcome.COMMITTED, signal)
+            return detached(SignalReceipt(Outcome.COMMITTED, signal))
 
     def list_signals(self, run_id: str) -> list[Signal]:
         with self._read() as t:
-            return self._signals_of(t, run_id)
+            return detached_all(self._signals_of(t, run_id))
 
     # -- timers -----------------------------------------------------------
     def fire_due_timers(self, limit: int = 100) -> list[Timer]:
