@@ -18,6 +18,7 @@ for authors who want only part of the suite.
 """
 
 from kit.conformance._harness import LEASE, TENANT, AreaChecks, Threads, check_id, requires
+from kit.conformance.acknowledged_writes import AcknowledgedWriteChecks
 from kit.conformance.claims import ClaimChecks
 from kit.conformance.clock import ClockChecks
 from kit.conformance.commands import CommandChecks
@@ -38,6 +39,7 @@ __all__ = [
     "AREAS",
     "LEASE",
     "TENANT",
+    "AcknowledgedWriteChecks",
     "AreaChecks",
     "ClaimChecks",
     "ClockChecks",
@@ -73,6 +75,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     TimerChecks,
     TenancyChecks,
     UnitOfWorkChecks,
+    AcknowledgedWriteChecks,
     KeyAndPayloadChecks,
     PayloadLimitChecks,
     StoredValueChecks,

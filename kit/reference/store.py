@@ -4,6 +4,14 @@ Every operation takes the one shared lock, works on a copy of the state, and
 publishes the copy only if it returns normally, so it is atomic and
 serialisable by construction. Read this file as the specification in code: the
 SQL adapters are compared with it, step by step, by the fault machines.
+
+The lock is re-entrant, so a second store used on the thread that holds another
+store's open ``transaction()`` runs at once, as it would on a row-locking
+database: its commit publishes only the rows it changed, carries them into the
+open unit of work (which commits later without overwriting them), and is
+refused with :class:`~kit.contract.errors.LockTimeout` when it touches a row the
+open unit changed or locked (the real database's lock wait could never end on
+that thread). Claims skip such rows, as ``SKIP LOCKED`` does.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from kit.contract.errors import (
     DefinitionNotFound,
     InvalidArgument,
     InvalidDecision,
+    LockTimeout,
     NotInTransaction,
     RunAlreadyExists,
     TransactionRolledBack,
@@ -52,10 +61,23 @@ from kit.contract.errors import (
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
 from kit.migrate import AppliedMigration, pending, verify
-from kit.reference._tables import Tables
+from kit.reference._tables import Row, Tables
 from kit.reference._values import detached, detached_all
 
 __all__ = ["MemoryStore", "SharedState"]
+
+
+@dataclass
+class _Unit:
+    """One store's open unit of work: the state it started from, its working copy, its row locks."""
+
+    base: Tables
+    work: Tables
+    locks: set[Row] = field(default_factory=set)
+
+    def held(self) -> set[Row]:
+        """The rows this unit holds locks on: those it changed and those it locked."""
+        return set(self.work.changes(self.base)) | self.locks
 
 
 @dataclass
@@ -65,6 +87,8 @@ class SharedState:
     tables: Tables = field(default_factory=Tables)
     clock: ManualClock = field(default_factory=ManualClock)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    open_units: list[_Unit] = field(default_factory=list)
+    """Units of work open right now (more than one only on one thread: the lock admits no other)."""
 
 
 class _Tx:
@@ -93,6 +117,7 @@ class MemoryStore:
         self.migrations = list(migrations)
         self._hook = statement_hook
         self._work: Tables | None = None
+        self._open: _Unit | None = None
         self._tx: _Tx | None = None
         self._depth = 0
         self._closed = False
@@ -147,7 +172,10 @@ class MemoryStore:
                 self._depth -= 1
             return
         with self._shared.lock:
-            self._work = self._shared.tables.copy()
+            base = self._shared.tables
+            unit = _Unit(base, base.copy())
+            self._shared.open_units.append(unit)
+            self._open, self._work = unit, unit.work
             self._tx = _Tx()
             self._depth = 1
             tx = self._tx
@@ -158,19 +186,59 @@ class MemoryStore:
                         "an inner transaction() block failed, so the whole unit of work was "
                         "rolled back: let the exception propagate or handle it outside the unit"
                     )
+                changes = self._refuse_locked_rows(unit)
                 self._write(COMMIT_POINT)
-                self._shared.tables = self._work
+                self._publish(unit, changes)
             finally:
-                self._work = None
+                self._shared.open_units.remove(unit)
+                self._open = self._work = None
                 self._tx = None
                 self._depth = 0
             self._write(COMMITTED_POINT)
         for callback in tx.callbacks:
             callback()
 
+    def _others(self) -> list[_Unit]:
+        return [u for u in self._shared.open_units if u is not self._open]
+
+    def _held_by_others(self) -> set[Row]:
+        """Rows another store's open unit of work (on this thread) has changed or locked."""
+        held: set[Row] = set()
+        for other in self._others():
+            held |= other.held()
+        return held
+
+    def _refuse_locked_rows(self, unit: _Unit) -> dict[Row, Any]:
+        """The rows ``unit`` changed; LockTimeout if another open unit holds one of them."""
+        changes = unit.work.changes(unit.base)
+        held = self._held_by_others() if self._others() else set()
+        clash = next((row for row in changes if row in held), None)
+        if clash is not None:
+            raise LockTimeout(
+                f"{clash[0]} row {clash[1]!r} is locked by another store's open transaction() on this "
+                "thread, which cannot finish while this call waits: commit or roll back that unit of "
+                "work first, or make this call through its store"
+            )
+        return changes
+
+    def _publish(self, unit: _Unit, changes: dict[Row, Any]) -> None:
+        """Make ``unit``'s rows the committed state and carry them into every other open unit."""
+        shared = self._shared
+        if shared.tables is unit.base:
+            shared.tables = unit.work
+        else:
+            merged = shared.tables.copy()
+            merged.absorb(changes)
+            shared.tables = merged
+        for other in self._others():
+            other.work.absorb(changes)
+            other.base = shared.tables
+
     def lock_run(self, run_id: str) -> Run | None:
         if not self._depth:
             raise NotInTransaction("lock_run() needs an open transaction(): call it inside one")
+        assert self._open is not None
+        self._open.locks.add(("runs", (self.tenant_id, run_id)))
         with self._read() as t:
             return detached(t.runs.get((self.tenant_id, run_id)))
 
@@ -341,11 +409,13 @@ class MemoryStore:
         lease_us, limit = v.check_claim(worker_id, lease, limit)
         with self._unit() as t:
             now = self._now()
+            held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
             due = [
                 r
                 for r in t.runs.values()
                 if r.tenant_id == self.tenant_id and _run_due_at(r) is not None
                 and _run_due_at(r) <= now  # type: ignore[operator]
+                and ("runs", (self.tenant_id, r.run_id)) not in held
             ]
             due.sort(key=lambda r: (_run_due_at(r), r.run_id))
             claims = []
@@ -588,11 +658,12 @@ class MemoryStore:
         with self._unit() as t:
             now = self._now()
             due = []
+            held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
             for cid, (tenant, cmd) in t.commands.items():
                 at = _command_due_at(cmd)
                 if tenant == self.tenant_id and at is not None and at <= now and (
                     queues is None or cmd.queue in queues
-                ):
+                ) and ("commands", cid) not in held:
                     due.append((at, cid, cmd))
             due.sort(key=lambda item: (item[0], item[1]))
             expires = from_micros(to_micros(now) + lease_us)
