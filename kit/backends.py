@@ -12,10 +12,11 @@ the message names what to provide).
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from kit.contract.errors import BackendUnavailable, ConfigurationError
+from kit.contract.errors import BackendUnavailable, ConfigurationError, KitError
 from kit.contract.protocol import Backend
 
 __all__ = ["BUILTIN", "BackendSpec", "load_factory", "resolve"]
@@ -61,6 +62,13 @@ def load_factory(target: str) -> Any:
                 "its package is installed in this environment"
             ) from None
         raise
+    except KitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's own code failed: bad input, named
+        raise ConfigurationError(
+            f"importing module {module_name!r} raised {type(exc).__name__}: {_first_line(exc)}: fix the "
+            "module so it imports cleanly"
+        ) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -92,12 +100,26 @@ def resolve(spec: str, url: str | None = None) -> Backend:
         raise ConfigurationError(f"importing {target!r} failed: {exc}") from None
     if not callable(factory):
         raise ConfigurationError(f"{target!r} is not callable: point at a factory or a Backend class")
+    if url is not None and not _takes_url(factory):
+        raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url (and KIT_{spec.upper()}_URL)")
     try:
         backend = factory(url=url) if url is not None else factory()
-    except TypeError as exc:
-        if url is not None and "url" in str(exc):
-            raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url") from None
+    except KitError:
         raise
+    except ModuleNotFoundError as exc:
+        if builtin is not None and builtin.extra:
+            raise BackendUnavailable(
+                spec, f"its driver ({exc.name}) is not installed",
+                f"Install it with: pip install 'durable-storage-kit[{builtin.extra}]'",
+            ) from None
+        raise ConfigurationError(
+            f"the backend factory {target!r} raised ModuleNotFoundError: {exc}: install the module it needs"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the factory failed: bad input, named in one line
+        raise ConfigurationError(
+            f"the backend factory {target!r} raised {type(exc).__name__}: {_first_line(exc)}: fix the "
+            "factory so it returns a kit.contract.Backend"
+        ) from None
     for needed in ("name", "capabilities", "provision"):
         if not hasattr(backend, needed):
             raise ConfigurationError(
@@ -109,3 +131,17 @@ def resolve(spec: str, url: str | None = None) -> Backend:
     except AttributeError:
         pass
     return backend  # type: ignore[no-any-return]
+
+
+def _takes_url(factory: Any) -> bool:
+    """Whether ``factory`` accepts a ``url`` keyword (a signature that cannot be read is given the benefit)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "url" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "no message")[:200]

@@ -12,13 +12,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kit import __version__
+from kit.contract.errors import ConfigurationError
 from kit.discovery import redact
+
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C or SIGTERM: no verdict (the shell's code for SIGINT)."""
 
 NAME = "check"
 HELP = "run the conformance suite against a backend"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kit.seeds import seed_type
+
     parser.add_argument(
         "backend", nargs="?", default="sqlite",
         help="memory, sqlite (default), postgres, mysql, mssql, or package.module:factory",
@@ -28,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
-    parser.add_argument("--seed", type=int, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
+    parser.add_argument("--seed", type=seed_type, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     parser.add_argument("--seeds-dir", default="scenarios/seeds", help="where failing scenarios are saved")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
                         help="where the run's report folder <timestamp>-<backend>/ is written "
@@ -39,16 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(console: Console, args: argparse.Namespace) -> int:
     from kit.backends import resolve
     from kit.report.recording import CheckReport
-    from kit.runner import run_suite
+    from kit.runner import check_keyword, run_suite
+    from kit.seeds import env_seed, fresh_seed
 
+    if args.keyword:
+        check_keyword(args.keyword)
+    if args.seed is None:
+        args.seed = env_seed()
+    if args.seed is None:
+        args.seed = fresh_seed()
     backend = resolve(args.backend, args.url)
     report = CheckReport(console, args)
-    if args.seed is None and os.environ.get("KIT_SEED", "").isdigit():
-        args.seed = int(os.environ["KIT_SEED"])
-    if args.seed is None:
-        import secrets
-
-        args.seed = secrets.randbelow(2**31)
     try:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
@@ -74,6 +81,17 @@ def run(console: Console, args: argparse.Namespace) -> int:
         raise
     finally:
         backend.close()
+    if suite.interrupted:
+        report.abort(KeyboardInterrupt())
+        console.print(f"[bold yellow]interrupted[/]: stopped after {len(suite.results)} checks; no verdict "
+                      f"(repeat with --seed {args.seed})")
+        return EXIT_INTERRUPTED
+    if not suite.results and not suite.collection_errors:
+        report.abort(ConfigurationError("no check matched"))
+        raise ConfigurationError(
+            f"no check matches -k {args.keyword!r}: name an area (claims, commit, runs, ...) or part of a "
+            "check's name" if args.keyword else "no check was collected: reinstall the kit"
+        )
     print_summary(console, suite, args)
     report.finish(suite)
     return 0 if suite.ok else 1
