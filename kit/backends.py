@@ -19,7 +19,7 @@ from typing import Any
 from kit.contract.errors import BackendUnavailable, ConfigurationError, KitError
 from kit.contract.protocol import Backend
 
-__all__ = ["BUILTIN", "BackendSpec", "load_factory", "resolve"]
+__all__ = ["BUILTIN", "BackendSpec", "load_factory", "resolve", "spec_of"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +145,34 @@ def _takes_url(factory: Any) -> bool:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else "no message")[:200]
+
+
+def spec_of(backend: object) -> str | None:
+    """What ``kit replay --backend`` must be given to get ``backend`` again, or None if nothing can name it.
+
+    In order: the spec it was resolved from; a ``kit_spec`` attribute its author set; a built-in
+    name when it is exactly that built-in backend; its class as ``module:Class`` when that
+    imports back to the class (a class defined inside a function does not).
+    """
+    given = getattr(backend, "kit_spec", None)
+    if isinstance(given, str) and given:
+        return given
+    cls = type(backend)
+    for spec in BUILTIN.values():
+        module_name, _, attribute = spec.target.partition(":")
+        if getattr(backend, "name", None) == spec.name and cls.__module__ == module_name \
+                and cls.__qualname__ == attribute:
+            return spec.name
+    if getattr(backend, "name", None) in BUILTIN and cls.__module__.split(".")[0] in ("adapters", "kit") \
+            and "<" not in cls.__qualname__:
+        return str(backend.name)  # type: ignore[attr-defined]
+    if "<" in cls.__qualname__ or cls.__module__ in ("__main__", "builtins"):
+        return None
+    try:
+        module = importlib.import_module(cls.__module__)
+    except Exception:  # noqa: BLE001 - not importable: nothing can name it
+        return None
+    found: Any = module
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return f"{cls.__module__}:{cls.__qualname__}" if found is cls else None

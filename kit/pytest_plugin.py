@@ -117,7 +117,11 @@ def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int,
     """(profile, seed, seeds folder, backend spec for `kit replay`) of this session."""
     profile = config.getoption("kit_profile", None) or os.environ.get("KIT_PROFILE") or "quick"
     seeds = config.getoption("kit_seeds_dir", None) or os.environ.get("KIT_SEEDS_DIR") or "scenarios/seeds"
-    spec = config.getoption("kit_backend", None) or getattr(backend, "kit_spec", None) or getattr(backend, "name", "?")
+    from kit.backends import spec_of
+
+    spec = config.getoption("kit_backend", None) or spec_of(backend)
+    if spec is None:
+        spec = "<package.module:factory of this backend: set kit_spec on it so replay lines can name it>"
     return str(profile), session_seed(config), str(seeds), str(spec)
 
 

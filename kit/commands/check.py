@@ -98,8 +98,23 @@ def run(console: Console, args: argparse.Namespace) -> int:
 
 
 def _extra_args(args: argparse.Namespace) -> list[str]:
-    return ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
-            "--kit-backend", args.backend]
+    extra = ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
+             "--kit-backend", args.backend]
+    return extra + (["--kit-url", args.url] if getattr(args, "url", None) else [])  # named (redacted) in replay lines
+
+
+def reproduce_lines(result: object, args: argparse.Namespace, name: str, url: str) -> list[str]:
+    """How to repeat a failed check: the saved bundle's replay command and the seed for a fault-machine
+    failure (re-running the check explores scenarios only with the same seed), else the check itself."""
+    details = str(getattr(result, "details", "") or "")
+    replay = next((line.split("replay: ", 1)[1].strip() for line in details.splitlines()
+                   if line.strip().startswith("replay: kit replay ")), None)
+    again = f"kit check {args.backend}{url} --seed {args.seed} --profile {args.profile} -k {name}"
+    if replay is not None:
+        return [f"reproduce: {replay}", f"seed {args.seed} (explore the same scenarios again: {again})"]
+    if "fault_machine" in name:
+        return [f"reproduce: {again}"]
+    return [f"reproduce: kit check {args.backend}{url} -k {name}"]
 
 
 def print_summary(console: Console, run: object, args: argparse.Namespace) -> None:
@@ -132,7 +147,8 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         if r.guarantee:
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
         console.print(f"  error: {escape(r.message)}", soft_wrap=True)
-        console.print(f"  reproduce: kit check {escape(args.backend)}{escape(url)} -k {escape(name)}", soft_wrap=True)
+        for line in reproduce_lines(r, args, name, url):
+            console.print(f"  {escape(line)}", soft_wrap=True)
     totals = Counter(r.outcome for r in run.results)
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
     console.print(
