@@ -23,6 +23,7 @@ from kit.conformance.claims import ClaimChecks
 from kit.conformance.clock import ClockChecks
 from kit.conformance.commands import CommandChecks
 from kit.conformance.commit import CommitChecks
+from kit.conformance.definition_versions import DefinitionVersionChecks
 from kit.conformance.definitions import DefinitionChecks
 from kit.conformance.keys_and_payloads import KeyAndPayloadChecks
 from kit.conformance.machines import MachineChecks
@@ -47,6 +48,7 @@ __all__ = [
     "CommitChecks",
     "ConformanceSuite",
     "DefinitionChecks",
+    "DefinitionVersionChecks",
     "KeyAndPayloadChecks",
     "MachineChecks",
     "PayloadLimitChecks",
@@ -67,6 +69,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     SchemaChecks,
     ClockChecks,
     DefinitionChecks,
+    DefinitionVersionChecks,
     RunChecks,
     ClaimChecks,
     CommitChecks,

@@ -289,6 +289,12 @@ class MemoryStore:
         with self._read() as t:
             return t.definitions.get((self.tenant_id, name, version))
 
+    def list_definition_versions(self, name: str) -> list[Definition]:
+        v.check_text("name", name, v.MAX_NAME)
+        with self._read() as t:
+            found = [d for (tenant, n, _), d in t.definitions.items() if tenant == self.tenant_id and n == name]
+        return sorted(found, key=lambda d: d.version)
+
     # -- runs -------------------------------------------------------------
     def start_run(
         self,
