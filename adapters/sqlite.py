@@ -17,6 +17,7 @@ it is refused at once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import sqlite3
@@ -37,8 +38,12 @@ from kit.contract.entities import ClockMode
 from kit.contract.errors import ConfigurationError, ConnectionLost, KitError, LockTimeout
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.migrate import load_dialect
+from kit.owners import Sweep, owner_of, owner_tag
 
-__all__ = ["BUSY_TIMEOUT_S", "SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore"]
+__all__ = ["BUSY_TIMEOUT_S", "FOLDER_PREFIX", "SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore"]
+
+FOLDER_PREFIX = "kit_sqlite_"
+"""Throw-away folders are ``kit_sqlite_<owner tag>_<random>`` (see :mod:`kit.owners`)."""
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for SQLite's write lock before giving up."""
@@ -264,6 +269,8 @@ class SqliteBackend:
         clock_resolution_us=1000,
     )
 
+    _swept = False
+
     def __init__(self, directory: str | Path | None = None, url: str | None = None) -> None:
         if url is not None:
             directory = _directory_from_url(url)
@@ -278,8 +285,38 @@ class SqliteBackend:
         return f"SQLite {sqlite3.sqlite_version} (Python sqlite3)"
 
     def provision(self) -> SqliteDatabase:
-        owned = Path(tempfile.mkdtemp(prefix="kit_sqlite_", dir=self._directory))
+        if not self._swept:
+            self._swept = True
+            with contextlib.suppress(Exception):  # best effort: a janitor never stops a run
+                self.sweep()
+        owned = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{owner_tag()}_", dir=self._directory))
         return self.database_class(owned / "kit.db", owned_dir=owned)
+
+    def sweep(self) -> Sweep:
+        """Remove the folders of dead kit processes of this host; keep (and say why) every other one.
+
+        A folder is removed only when its name carries a dead owner's mark and it holds
+        nothing but the kit's own database files.
+        """
+        root = self._directory or Path(tempfile.gettempdir())
+        done = Sweep()
+        folders = {p.name: p for p in root.iterdir() if p.name.startswith(FOLDER_PREFIX) and p.is_dir()}
+        tags = {name: name.removeprefix(FOLDER_PREFIX).split("_", 1)[0] for name in folders}
+        for name, folder in sorted(folders.items()):
+            owner = owner_of(tags[name])
+            verdict = owner.verdict() if owner is not None else "unmarked"
+            foreign = [p.name for p in folder.iterdir() if not p.name.startswith("kit.db")]
+            if verdict == "dead" and not foreign:
+                shutil.rmtree(folder, ignore_errors=True)
+                done.dropped.append(str(folder))
+            elif verdict == "dead":
+                done.kept[str(folder)] = f"it holds files the kit did not create ({', '.join(sorted(foreign)[:3])})"
+            else:
+                done.kept[str(folder)] = {
+                    "alive": "its owner process is still running", "elsewhere": "created on another host",
+                    "unmarked": "no owner mark (an older kit): remove it yourself if unused",
+                }[verdict]
+        return done
 
     def close(self) -> None:
         pass

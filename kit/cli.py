@@ -27,7 +27,7 @@ __all__ = ["COMMANDS", "main"]
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 #: Subcommand modules under kit.commands, in help order.
-COMMANDS = ("check", "backends", "replay", "report", "run", "stress")
+COMMANDS = ("check", "backends", "replay", "report", "run", "stress", "clean")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
