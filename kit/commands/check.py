@@ -82,7 +82,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
     finally:
         backend.close()
     if suite.interrupted:
-        report.abort(KeyboardInterrupt())
+        report.finish(suite)  # marked incomplete: pytest stopped the session early
         console.print(f"[bold yellow]interrupted[/]: stopped after {len(suite.results)} checks; no verdict "
                       f"(repeat with --seed {args.seed})")
         return EXIT_INTERRUPTED
