@@ -2,8 +2,11 @@
 
 A *namespace* is where one provisioned database lives: a schema on
 PostgreSQL, a database on MySQL/MariaDB and SQL Server. The kit names each
-``kit_<random>``, creates it through an admin connection, and drops only
-namespaces it created in this process, never anything else.
+``kit_<owner tag><random>`` (see :mod:`kit.owners`: host, pid and start time of
+the creating process), creates it through an admin connection, and drops the
+namespaces it created in this process; :meth:`ServerBackend.sweep` (``kit
+clean``, and once before a backend's first provision) drops those whose owner
+is provably dead, never anything else.
 
 A dialect's backend subclasses :class:`ServerBackend` and fills in the
 ``_``-prefixed hooks (connect, create/drop a namespace, session id, kill).
@@ -26,10 +29,13 @@ from kit.contract.errors import ConfigurationError
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.discovery import ServerHandle
 from kit.migrate import load_dialect
+from kit.owners import TAG_LENGTH, Sweep, owner_of, owner_tag
 
-__all__ = ["NAMESPACE_PREFIX", "SERVER_CAPABILITIES", "ServerBackend", "ServerDatabase"]
+__all__ = ["NAMESPACE_PREFIX", "SERVER_CAPABILITIES", "ServerBackend", "ServerDatabase", "Sweep"]
 
 NAMESPACE_PREFIX = "kit_"
+_RANDOM_HEX = 6
+"""Random hex characters after the owner tag in a namespace name."""
 
 #: What every server adapter of the kit declares (each adds its clock resolution and
 #: any expected failures): real row locks, both clocks, sessions the kit can kill.
@@ -43,6 +49,25 @@ SERVER_CAPABILITIES: tuple[Capability, ...] = (
     Capability.CONCURRENT_CONNECTIONS,
     Capability.STATEMENT_FAULTS,
 )
+
+
+def sweep_names(names: list[str], prefix: str, random_hex: int) -> tuple[list[str], dict[str, str]]:
+    """Split kit-prefixed names into those whose owner is dead and those to keep (with why)."""
+    dead: list[str] = []
+    kept: dict[str, str] = {}
+    for name in sorted(names):
+        rest = name.removeprefix(prefix)
+        owner = owner_of(rest[:TAG_LENGTH]) if rest != name and len(rest) == TAG_LENGTH + random_hex else None
+        verdict = owner.verdict() if owner is not None else "unmarked"
+        if verdict == "dead":
+            dead.append(name)
+        else:
+            kept[name] = {
+                "alive": "its owner process is still running",
+                "elsewhere": "created on another host",
+                "unmarked": "no owner mark (an older kit, or not the kit's): drop it yourself if unused",
+            }[verdict]
+    return dead, kept
 
 
 class ServerDatabase:
@@ -104,6 +129,7 @@ class ServerBackend:
         self._lock = threading.Lock()
         self._admin: Any = None
         self._created: set[str] = set()
+        self._swept = False
 
     # -- hooks a dialect fills in ------------------------------------------
     def _connect(self, namespace: str | None) -> Any:
@@ -122,6 +148,10 @@ class ServerBackend:
     def _kill(self, cursor: Any, session_id: Any) -> None:
         raise NotImplementedError
 
+    def _list_namespaces(self, cursor: Any) -> list[str]:
+        """Every namespace on the server whose name starts with ``kit_``."""
+        raise NotImplementedError
+
     # -- shared behaviour ---------------------------------------------------
     def describe(self) -> str:
         return str(self.handle)
@@ -136,8 +166,25 @@ class ServerBackend:
             finally:
                 cursor.close()
 
+    def sweep(self) -> Sweep:
+        """Drop the namespaces of dead kit processes of this host; keep (and say why) every other one."""
+        names = self._with_admin(self._list_namespaces)
+        dead, kept = sweep_names([n for n in names if n not in self._created], NAMESPACE_PREFIX, _RANDOM_HEX)
+        done = Sweep(kept=kept)
+        for name in dead:
+            try:
+                self._with_admin(lambda cur, n=name: self._drop_namespace(cur, n))
+                done.dropped.append(name)
+            except Exception as exc:  # noqa: BLE001 - one namespace that will not drop never stops the rest
+                done.kept[name] = f"dropping it failed: {str(exc).splitlines()[0][:160] if str(exc) else exc!r}"
+        return done
+
     def provision(self) -> ServerDatabase:
-        namespace = f"{NAMESPACE_PREFIX}{secrets.token_hex(6)}"
+        if not self._swept:
+            self._swept = True
+            with contextlib.suppress(Exception):  # best effort: a janitor never stops a run
+                self.sweep()
+        namespace = f"{NAMESPACE_PREFIX}{owner_tag()}{secrets.token_hex(_RANDOM_HEX // 2)}"
         self._with_admin(lambda cur: self._create_namespace(cur, namespace))
         self._created.add(namespace)
         return self.database_class(self, namespace)

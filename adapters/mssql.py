@@ -220,6 +220,10 @@ class MssqlBackend(ServerBackend):
         for statement in admin_statements(namespace)["drop"]:
             cursor.execute(statement)
 
+    def _list_namespaces(self, cursor: Any) -> list[str]:
+        cursor.execute("SELECT name FROM sys.databases WHERE name LIKE 'kit[_]%'")
+        return [str(row[0]) for row in cursor.fetchall()]
+
     def _session_id(self, connection: Any) -> MssqlSession:
         cursor = connection.cursor()
         try:

@@ -286,6 +286,10 @@ class MysqlBackend(ServerBackend):
     def _drop_namespace(self, cursor: Any, namespace: str) -> None:
         cursor.execute(f"DROP DATABASE IF EXISTS `{namespace}`")
 
+    def _list_namespaces(self, cursor: Any) -> list[str]:
+        cursor.execute("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'kit\\_%%'")
+        return [str(row[0]) for row in cursor.fetchall()]
+
     def _session_id(self, connection: Any) -> int:
         with connection.cursor() as cur:
             cur.execute("SELECT CONNECTION_ID()")

@@ -364,6 +364,10 @@ class PostgresBackend(ServerBackend):
             if self._owned(cursor, namespace):
                 cursor.execute(pgsql.SQL("DROP SCHEMA {} CASCADE").format(pgsql.Identifier(namespace)))
 
+    def _list_namespaces(self, cursor: Any) -> list[str]:
+        cursor.execute("SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname LIKE 'kit\\_%' ESCAPE '\\'")
+        return [str(row[0]) for row in cursor.fetchall()]
+
     @staticmethod
     def _owned(cursor: Any, namespace: str) -> bool:
         """True if the schema exists with the kit's mark, False if it is gone; raises if unmarked."""

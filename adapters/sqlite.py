@@ -6,16 +6,27 @@ off (``isolation_level=None``) and every write transaction starts with
 SQLITE_BUSY at once under WAL whatever the busy timeout, while an immediate
 one waits its turn. SQLite serialises writers, so claimers never see each
 other's locked rows (no ``skip_locked``): they queue for the write lock.
+
+A writer waits at most ``BUSY_TIMEOUT_S`` for the write lock, once (never
+retried: the budget is spent), then gets :class:`LockTimeout` naming what held
+the lock: a store of this process (its tenant, thread and how long it has held
+it) or another process. A write through a second store on the very thread
+whose store holds the lock in an open ``transaction()`` could never get it, so
+it is refused at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +35,15 @@ from adapters._sql.store import SqlStore, reset_database
 from kit.connections import ConnectionFactory
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
-from kit.contract.errors import ConfigurationError, ConnectionLost, KitError, TransientError
+from kit.contract.errors import ConfigurationError, ConnectionLost, KitError, LockTimeout
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.migrate import load_dialect
+from kit.owners import Sweep, owner_of, owner_tag
 
-__all__ = ["BUSY_TIMEOUT_S", "SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore"]
+__all__ = ["BUSY_TIMEOUT_S", "FOLDER_PREFIX", "SqliteBackend", "SqliteDatabase", "SqliteDialect", "SqliteStore"]
+
+FOLDER_PREFIX = "kit_sqlite_"
+"""Throw-away folders are ``kit_sqlite_<owner tag>_<random>`` (see :mod:`kit.owners`)."""
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for SQLite's write lock before giving up."""
@@ -53,8 +68,8 @@ class SqliteDialect(Dialect):
         if isinstance(error, sqlite3.OperationalError) and "interrupted" in str(error):
             return ConnectionLost(f"the statement was interrupted because the session was ended ({error})")
         if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
-            return TransientError(
-                f"SQLite's write lock stayed busy for {BUSY_TIMEOUT_S:.0f} s ({error}); nothing was written"
+            return LockTimeout(
+                f"SQLite's write lock stayed busy for {BUSY_TIMEOUT_S:g} s ({error}); nothing was written"
             )
         return None
 
@@ -63,8 +78,79 @@ class SqliteDialect(Dialect):
         return cursor.fetchone() is not None
 
 
+@dataclass(frozen=True)
+class _Holder:
+    """Which store of this process holds a file's write lock, on which thread, since when."""
+
+    store: object
+    tenant_id: str
+    thread_id: int
+    thread_name: str
+    since: float
+    unit_of_work: bool
+
+    def describe(self) -> str:
+        held = time.monotonic() - self.since
+        inside = "an open transaction() block" if self.unit_of_work else "one operation"
+        return (f"a store of tenant {self.tenant_id!r} on thread {self.thread_name!r}, for {held:.1f} s "
+                f"({inside})")
+
+
+_holders: dict[str, _Holder] = {}
+"""Write-lock holders of this process, by database file."""
+
+
 class SqliteStore(SqlStore):
     """A store on one SQLite file."""
+
+    lock_key = ""
+    """The database file this store writes (set by :meth:`SqliteDatabase.open`)."""
+    _unit_open = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        outer = not self._depth
+        if outer:
+            self._unit_open = True
+        try:
+            with super().transaction() as unit:
+                yield unit
+        finally:
+            if outer:
+                self._unit_open = False
+
+    @contextmanager
+    def _tx(self, begin: str) -> Iterator[Any]:
+        """The base transaction, with the write lock's holder recorded and named when a writer times out."""
+        if self._depth or begin != self.dialect.begin_write:
+            with super()._tx(begin) as cur:
+                yield cur
+            return
+        holder = _holders.get(self.lock_key)
+        if holder is not None and holder.store is not self and holder.thread_id == threading.get_ident():
+            raise LockTimeout(
+                f"SQLite's write lock is held by {holder.describe()}, on this same thread: it cannot be "
+                "released while this call waits. Commit or roll back that unit of work first, or make "
+                "this call through its store; nothing was written"
+            )
+        entered = False
+        try:
+            with super()._tx(begin) as cur:
+                entered = True
+                me = threading.current_thread()
+                _holders[self.lock_key] = _Holder(self, self.tenant_id, me.ident or 0, me.name,
+                                                  time.monotonic(), self._unit_open)
+                try:
+                    yield cur
+                finally:
+                    if _holders.get(self.lock_key, None) is not None and _holders[self.lock_key].store is self:
+                        del _holders[self.lock_key]
+        except LockTimeout as exc:
+            if entered:
+                raise
+            other = _holders.get(self.lock_key)
+            where = other.describe() if other is not None else "another process (no store of this one held it)"
+            raise LockTimeout(f"{exc}; the lock was held by {where}") from exc
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -129,6 +215,7 @@ class SqliteDatabase:
             load_dialect(self.dialect.migrations) if migrations is None else migrations,
         )
         session.store = store
+        store.lock_key = str(self.path)
         store.kill_switch = session  # type: ignore[attr-defined]
         if store.clock_mode is ClockMode.TEST:
             store.install_test_clock()
@@ -182,6 +269,8 @@ class SqliteBackend:
         clock_resolution_us=1000,
     )
 
+    _swept = False
+
     def __init__(self, directory: str | Path | None = None, url: str | None = None) -> None:
         if url is not None:
             directory = _directory_from_url(url)
@@ -196,8 +285,38 @@ class SqliteBackend:
         return f"SQLite {sqlite3.sqlite_version} (Python sqlite3)"
 
     def provision(self) -> SqliteDatabase:
-        owned = Path(tempfile.mkdtemp(prefix="kit_sqlite_", dir=self._directory))
+        if not self._swept:
+            self._swept = True
+            with contextlib.suppress(Exception):  # best effort: a janitor never stops a run
+                self.sweep()
+        owned = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{owner_tag()}_", dir=self._directory))
         return self.database_class(owned / "kit.db", owned_dir=owned)
+
+    def sweep(self) -> Sweep:
+        """Remove the folders of dead kit processes of this host; keep (and say why) every other one.
+
+        A folder is removed only when its name carries a dead owner's mark and it holds
+        nothing but the kit's own database files.
+        """
+        root = self._directory or Path(tempfile.gettempdir())
+        done = Sweep()
+        folders = {p.name: p for p in root.iterdir() if p.name.startswith(FOLDER_PREFIX) and p.is_dir()}
+        tags = {name: name.removeprefix(FOLDER_PREFIX).split("_", 1)[0] for name in folders}
+        for name, folder in sorted(folders.items()):
+            owner = owner_of(tags[name])
+            verdict = owner.verdict() if owner is not None else "unmarked"
+            foreign = [p.name for p in folder.iterdir() if not p.name.startswith("kit.db")]
+            if verdict == "dead" and not foreign:
+                shutil.rmtree(folder, ignore_errors=True)
+                done.dropped.append(str(folder))
+            elif verdict == "dead":
+                done.kept[str(folder)] = f"it holds files the kit did not create ({', '.join(sorted(foreign)[:3])})"
+            else:
+                done.kept[str(folder)] = {
+                    "alive": "its owner process is still running", "elsewhere": "created on another host",
+                    "unmarked": "no owner mark (an older kit): remove it yourself if unused",
+                }[verdict]
+        return done
 
     def close(self) -> None:
         pass

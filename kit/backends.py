@@ -14,16 +14,17 @@ the message names what to provide).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.contract.errors import BackendUnavailable, ConfigurationError
+from kit.contract.errors import BackendUnavailable, ConfigurationError, KitError
 from kit.contract.protocol import Backend
 
-__all__ = ["BUILTIN", "WIRE_PREFIXES", "BackendSpec", "load_factory", "resolve"]
+__all__ = ["BUILTIN", "WIRE_PREFIXES", "BackendSpec", "load_factory", "resolve", "spec_of"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,13 @@ def load_factory(target: str) -> Any:
                 "its package is installed in this environment"
             ) from None
         raise
+    except KitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's own code failed: bad input, named
+        raise ConfigurationError(
+            f"importing module {module_name!r} raised {type(exc).__name__}: {_first_line(exc)}: fix the "
+            "module so it imports cleanly"
+        ) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -135,12 +143,26 @@ def resolve(spec: str, url: str | None = None) -> Backend:
         raise ConfigurationError(f"importing {target!r} failed: {exc}") from None
     if not callable(factory):
         raise ConfigurationError(f"{target!r} is not callable: point at a factory or a Backend class")
+    if url is not None and not _takes_url(factory):
+        raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url (and KIT_{spec.upper()}_URL)")
     try:
         backend = factory(url=url) if url is not None else factory()
-    except TypeError as exc:
-        if url is not None and "url" in str(exc):
-            raise ConfigurationError(f"backend {spec!r} takes no URL: drop --url") from None
+    except KitError:
         raise
+    except ModuleNotFoundError as exc:
+        if builtin is not None and builtin.extra:
+            raise BackendUnavailable(
+                spec, f"its driver ({exc.name}) is not installed",
+                f"Install it with: pip install 'durable-storage-kit[{builtin.extra}]'",
+            ) from None
+        raise ConfigurationError(
+            f"the backend factory {target!r} raised ModuleNotFoundError: {exc}: install the module it needs"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the factory failed: bad input, named in one line
+        raise ConfigurationError(
+            f"the backend factory {target!r} raised {type(exc).__name__}: {_first_line(exc)}: fix the "
+            "factory so it returns a kit.contract.Backend"
+        ) from None
     from kit.queue import is_queue_backend
 
     profile_attribute = "queue_promises" if is_queue_backend(backend) else "capabilities"
@@ -156,3 +178,48 @@ def resolve(spec: str, url: str | None = None) -> Backend:
     except AttributeError:
         pass
     return backend  # type: ignore[no-any-return]
+
+
+def _takes_url(factory: Any) -> bool:
+    """Whether ``factory`` accepts a ``url`` keyword (a signature that cannot be read is given the benefit)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "url" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "no message")[:200]
+
+
+def spec_of(backend: object) -> str | None:
+    """What ``kit replay --backend`` must be given to get ``backend`` again, or None if nothing can name it.
+
+    In order: the spec it was resolved from; a ``kit_spec`` attribute its author set; a built-in
+    name when it is exactly that built-in backend; its class as ``module:Class`` when that
+    imports back to the class (a class defined inside a function does not).
+    """
+    given = getattr(backend, "kit_spec", None)
+    if isinstance(given, str) and given:
+        return given
+    cls = type(backend)
+    for spec in BUILTIN.values():
+        module_name, _, attribute = spec.target.partition(":")
+        if getattr(backend, "name", None) == spec.name and cls.__module__ == module_name \
+                and cls.__qualname__ == attribute:
+            return spec.name
+    if getattr(backend, "name", None) in BUILTIN and cls.__module__.split(".")[0] in ("adapters", "kit") \
+            and "<" not in cls.__qualname__:
+        return str(backend.name)  # type: ignore[attr-defined]
+    if "<" in cls.__qualname__ or cls.__module__ in ("__main__", "builtins"):
+        return None
+    try:
+        module = importlib.import_module(cls.__module__)
+    except Exception:  # noqa: BLE001 - not importable: nothing can name it
+        return None
+    found: Any = module
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return f"{cls.__module__}:{cls.__qualname__}" if found is cls else None

@@ -22,21 +22,54 @@ __all__ = [
     "docker_engine",
     "env_url",
     "parse_url",
+    "password_of",
     "redact",
     "tcp_open",
 ]
 
-_PASSWORD = re.compile(r"(://[^:/@]*:)([^@]*)(@)")
+def _split_credentials(url: str) -> tuple[str, str, str | None, str] | None:
+    """(scheme://, user, password or None, @rest) of ``url``, or None when it has no credentials.
+
+    The credentials end at the *last* ``@`` before the query string: a password with
+    an unencoded ``@`` (``s3c@ret``) stays whole, where a URL parser would end it at
+    the first ``@`` and take its tail for the host.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None
+    head, question, query = rest.partition("?")
+    userinfo, at, host = head.rpartition("@")
+    if not at:
+        return None
+    user, colon, password = userinfo.partition(":")
+    return f"{scheme}://", user, password if colon else None, f"@{host}{question}{query}"
+
+
+def password_of(url: str) -> str | None:
+    """The password ``url`` carries (percent-encoded or not, ``@`` and all), if any."""
+    parts = _split_credentials(url)
+    if parts is None or not parts[2]:
+        return None
+    from urllib.parse import unquote
+
+    return unquote(parts[2])
+
+
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)[^&]*")
 
 
 def redact(url: str) -> str:
-    """``url`` safe to print: the password replaced by ``***``, even if the URL is malformed."""
-    try:
-        from sqlalchemy.engine import make_url
+    """``url`` safe to print: the password replaced by ``***``, even if the URL is malformed.
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a malformed URL is redacted by pattern instead
-        return _PASSWORD.sub(r"\1***\3", url)
+    Every character between the user's ``:`` and the last ``@`` of the credentials
+    is hidden, so no part of a password with an unencoded ``@`` is ever printed; a
+    ``password=`` query parameter is hidden too.
+    """
+    parts = _split_credentials(url)
+    if parts is not None:
+        scheme, user, password, rest = parts
+        url = f"{scheme}{user}{':***' if password is not None else ''}{rest}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
 def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str):  # type: ignore[no-untyped-def]
@@ -44,6 +77,12 @@ def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str):  
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    parts = _split_credentials(url)
+    if parts is not None and "@" in f"{parts[1]}:{parts[2] or ''}":
+        raise ConfigurationError(
+            f"the credentials of {redact(url)!r} hold an unencoded '@', so the host cannot be told apart: "
+            "percent-encode it as %40 in the user or password"
+        )
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):

@@ -100,16 +100,17 @@ def kit_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 def session_seed(config: pytest.Config) -> int:
     """The one seed of this session: --kit-seed, else KIT_SEED, else fresh (and printed in the header)."""
     if _SEED not in config.stash:
-        raw = config.getoption("kit_seed", None) or os.environ.get("KIT_SEED")
-        if raw is None or raw == "random":
-            import secrets
+        from kit.seeds import env_seed, fresh_seed, parse_seed
 
-            config.stash[_SEED] = secrets.randbelow(2**31)
-        else:
-            try:
-                config.stash[_SEED] = int(raw)
-            except ValueError:
-                raise pytest.UsageError(f"--kit-seed {raw!r} is not an integer: pass a number such as 1234") from None
+        raw = config.getoption("kit_seed", None)
+        try:
+            if raw is None:
+                seed = env_seed()
+            else:
+                seed = None if raw == "random" else parse_seed(raw, "--kit-seed")
+        except ConfigurationError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config.stash[_SEED] = fresh_seed() if seed is None else seed
     return config.stash[_SEED]
 
 
@@ -117,7 +118,11 @@ def machine_settings(config: pytest.Config, backend: Backend) -> tuple[str, int,
     """(profile, seed, seeds folder, backend spec for `kit replay`) of this session."""
     profile = config.getoption("kit_profile", None) or os.environ.get("KIT_PROFILE") or "quick"
     seeds = config.getoption("kit_seeds_dir", None) or os.environ.get("KIT_SEEDS_DIR") or "scenarios/seeds"
-    spec = config.getoption("kit_backend", None) or getattr(backend, "kit_spec", None) or getattr(backend, "name", "?")
+    from kit.backends import spec_of
+
+    spec = config.getoption("kit_backend", None) or spec_of(backend)
+    if spec is None:
+        spec = "<package.module:factory of this backend: set kit_spec on it so replay lines can name it>"
     return str(profile), session_seed(config), str(seeds), str(spec)
 
 

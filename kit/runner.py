@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from kit.contract.errors import ConfigurationError
 from kit.contract.protocol import Backend
 from kit.report.results import CheckResult, ResultCollector
 
-__all__ = ["BACKEND_KEY", "SuiteRun", "run_suite"]
+__all__ = ["BACKEND_KEY", "SuiteRun", "check_keyword", "run_suite"]
 
 BACKEND_KEY: pytest.StashKey[Backend] = pytest.StashKey()
 
@@ -47,12 +48,31 @@ class SuiteRun:
         return [r for r in self.results if r.outcome in ("failed", "error")]
 
     @property
+    def interrupted(self) -> bool:
+        """The run was stopped (Ctrl-C or SIGTERM) before it finished: it has no verdict."""
+        return self.exit_code == int(pytest.ExitCode.INTERRUPTED)
+
+    @property
     def ok(self) -> bool:
         """Every collected check ran and none failed (an interrupted or broken session is not ok)."""
         return self.exit_code == 0 and not self.failed and not self.collection_errors and bool(self.results)
 
     def by_check(self) -> dict[str, CheckResult]:
         return {r.nodeid: r for r in self.results}
+
+
+def check_keyword(keyword: str) -> None:
+    """Refuse a ``-k`` expression pytest cannot parse, in one line naming the fix."""
+    from _pytest.mark.expression import Expression
+
+    try:
+        Expression.compile(keyword)
+    except SyntaxError as exc:
+        detail = str(exc.msg if hasattr(exc, "msg") else exc).split(" (<", 1)[0]
+        raise ConfigurationError(
+            f"-k {keyword!r} is not a valid selection ({detail}): write check or area names joined by "
+            "and / or / not, e.g. -k 'claims and not race'"
+        ) from None
 
 
 def run_suite(

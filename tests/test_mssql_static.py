@@ -107,6 +107,7 @@ def drive_everything(db: RecordingDatabase, state: SimpleNamespace) -> set[str]:
 
     assert do(store, "ensure_definition", "wf", "1", DIGEST, BODY).digest == DIGEST
     assert do(store, "get_definition", "wf", "1") is not None
+    assert [d.version for d in do(store, "list_definition_versions", "wf")] == ["1"]
     assert do(store, "start_run", "run-1", REF, {"x": 1}).created
     assert do(store, "start_run", "run-2", REF, None, idempotency_key="key-1").created
     state.insert_rowcount = 0

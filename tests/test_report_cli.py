@@ -119,7 +119,7 @@ def test_kit_report_merges_several_runs(tmp_path: Path, capsys: pytest.CaptureFi
     assert merged.name.endswith("-merge") and f"report: {merged / 'index.html'}" in out.replace("\n", "")
     data = json.loads((merged / "results.json").read_text())
     assert data["kind"] == "merge" and sorted(r["label"] for r in data["runs"]) == ["memory", "sqlite"]
-    assert "| definitions | pass 9 | pass 9 |" in (merged / "summary.md").read_text()
+    assert "| definitions | pass 13 | pass 13 |" in (merged / "summary.md").read_text()  # 9 definition checks + 4 listing versions
     assert main(["report", *folders, "--out", str(tmp_path / "explicit")]) == 0
     assert (tmp_path / "explicit" / "index.html").is_file()
 

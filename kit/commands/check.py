@@ -18,16 +18,22 @@ from rich.table import Table
 
 from kit import __version__
 from kit.contract.capabilities import SkipKind
+from kit.contract.errors import ConfigurationError
 from kit.discovery import redact
 
 if TYPE_CHECKING:
     from kit.report.results import CheckResult
+
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C or SIGTERM: no verdict (the shell's code for SIGINT)."""
 
 NAME = "check"
 HELP = "run the conformance suite against a backend"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kit.seeds import seed_type
+
     parser.add_argument(
         "backend", nargs="?", default="sqlite",
         help="memory, sqlite (default), postgres, mysql, mssql, or package.module:factory",
@@ -37,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
-    parser.add_argument("--seed", type=int, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
+    parser.add_argument("--seed", type=seed_type, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     parser.add_argument("--seeds-dir", help="where failing scenarios are saved (default: scenarios/seeds, or the "
                                              "temporary folder with --no-report)")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
@@ -49,18 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(console: Console, args: argparse.Namespace) -> int:
     from kit.backends import resolve
     from kit.report.recording import CheckReport
-    from kit.runner import run_suite
+    from kit.runner import check_keyword, run_suite
+    from kit.seeds import env_seed, fresh_seed
 
+    if args.keyword:
+        check_keyword(args.keyword)
+    if args.seed is None:
+        args.seed = env_seed()
+    if args.seed is None:
+        args.seed = fresh_seed()
     backend = resolve(args.backend, args.url)
     if args.seeds_dir is None:
         args.seeds_dir = str(Path(tempfile.gettempdir()) / "kit-seeds") if args.no_report else "scenarios/seeds"
     report = CheckReport(console, args)
-    if args.seed is None and os.environ.get("KIT_SEED", "").isdigit():
-        args.seed = int(os.environ["KIT_SEED"])
-    if args.seed is None:
-        import secrets
-
-        args.seed = secrets.randbelow(2**31)
     try:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
@@ -90,6 +97,17 @@ def run(console: Console, args: argparse.Namespace) -> int:
         raise
     finally:
         backend.close()
+    if suite.interrupted:
+        report.finish(suite)  # marked incomplete: pytest stopped the session early
+        console.print(f"[bold yellow]interrupted[/]: stopped after {len(suite.results)} checks; no verdict "
+                      f"(repeat with --seed {args.seed})")
+        return EXIT_INTERRUPTED
+    if not suite.results and not suite.collection_errors:
+        report.abort(ConfigurationError("no check matched"))
+        raise ConfigurationError(
+            f"no check matches -k {args.keyword!r}: name an area (claims, commit, runs, ...) or part of a "
+            "check's name" if args.keyword else "no check was collected: reinstall the kit"
+        )
     print_summary(console, suite, args)
     report.finish(suite)
     return 0 if suite.ok else 1
@@ -109,8 +127,23 @@ def _hypothesis_home() -> Iterator[None]:
 
 
 def _extra_args(args: argparse.Namespace) -> list[str]:
-    return ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
-            "--kit-backend", args.backend]
+    extra = ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
+             "--kit-backend", args.backend]
+    return extra + (["--kit-url", args.url] if getattr(args, "url", None) else [])  # named (redacted) in replay lines
+
+
+def reproduce_lines(result: object, args: argparse.Namespace, name: str, url: str) -> list[str]:
+    """How to repeat a failed check: the saved bundle's replay command and the seed for a fault-machine
+    failure (re-running the check explores scenarios only with the same seed), else the check itself."""
+    details = str(getattr(result, "details", "") or "")
+    replay = next((line.split("replay: ", 1)[1].strip() for line in details.splitlines()
+                   if line.strip().startswith("replay: kit replay ")), None)
+    again = f"kit check {args.backend}{url} --seed {args.seed} --profile {args.profile} -k {name}"
+    if replay is not None:
+        return [f"reproduce: {replay}", f"seed {args.seed} (explore the same scenarios again: {again})"]
+    if "fault_machine" in name:
+        return [f"reproduce: {again}"]
+    return [f"reproduce: kit check {args.backend}{url} -k {name}"]
 
 
 def print_summary(console: Console, run: object, args: argparse.Namespace) -> None:
@@ -149,7 +182,8 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         if r.guarantee:
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
         console.print(f"  error: {escape(r.message)}", soft_wrap=True)
-        console.print(f"  reproduce: kit check {escape(args.backend)}{escape(url)} -k {escape(name)}", soft_wrap=True)
+        for line in reproduce_lines(r, args, name, url):
+            console.print(f"  {escape(line)}", soft_wrap=True)
     totals = Counter(_column_of(r) for r in run.results)
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
     not_promised = f", {totals['not promised']} not promised" if totals["not promised"] else ""

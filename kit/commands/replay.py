@@ -19,14 +19,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(console: Console, args: argparse.Namespace) -> int:
     from kit.backends import resolve
+    from kit.contract.errors import ConfigurationError
     from kit.machines.bundle import load_bundle, replay
 
     bundle = load_bundle(args.bundle)
-    spec = args.backend or bundle["backend"]
+    spec = args.backend or bundle.get("backend")
+    if not spec:
+        raise ConfigurationError(f"{args.bundle} names no backend: pass --backend NAME (memory, sqlite, ...)")
     backend = resolve(spec, args.url)
     console.print(
         f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded on "
-        f"{escape(str(bundle['backend']))} (seed {bundle.get('seed')}), now on {escape(spec)} "
+        f"{escape(str(bundle.get('backend') or 'an unnamed backend'))} (seed {bundle.get('seed')}), now on {escape(spec)} "
         f"({escape(backend.describe())})",
         soft_wrap=True,
     )

@@ -15,6 +15,7 @@ HELP = "run N workflows of a scenario (WASM, wasmtime) to completion on a backen
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kit.runtime.scenarios import SCENARIOS
+    from kit.seeds import count_type, seconds_type
 
     parser.add_argument(
         "scenario",
@@ -26,17 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="memory, sqlite (default), postgres, mysql, mssql, or package.module:factory",
     )
     parser.add_argument("--url", help="SQLAlchemy URL of the server (else KIT_<BACKEND>_URL, else discovery)")
-    parser.add_argument("--runs", type=int, default=20, help="how many runs to start (default 20)")
+    parser.add_argument("--runs", type=count_type(1), default=20, help="how many runs to start (default 20)")
     parser.add_argument(
         "--workers",
-        type=int,
+        type=count_type(1),
         default=4,
         help="decider threads, and as many command-worker threads (default 4); plus one timer loop",
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every run to end")
+    parser.add_argument("--timeout", type=seconds_type(), default=300.0, help="seconds to wait for every run to end")
     parser.add_argument(
         "--replay-sample",
-        type=int,
+        type=count_type(0),
         default=2,
         help="runs per scenario whose history is replayed to check determinism (default 2)",
     )

@@ -28,28 +28,29 @@ _MARK = {"valid": "[green]valid[/]", "unknown": "[yellow]UNKNOWN[/]", "invalid":
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from kit.faults.nemesis import FaultKind
+    from kit.seeds import count_type, seconds_type, seed_type
     from kit.workload.config import DEFAULT_SCENARIOS, StressConfig
 
     d = StressConfig()
     parser.add_argument("--backend", default="sqlite",
                         help="sqlite (default), postgres, mysql, mssql, memory, or package.module:factory")
     parser.add_argument("--url", help="SQLAlchemy URL of the server (else KIT_<BACKEND>_URL, else discovery)")
-    parser.add_argument("--workers", type=int, default=d.workers,
+    parser.add_argument("--workers", type=count_type(1), default=d.workers,
                         help=f"decider threads, and as many command-worker threads (default {d.workers})")
-    parser.add_argument("--runs", type=int, default=d.runs,
+    parser.add_argument("--runs", type=count_type(1), default=d.runs,
                         help=f"workflow runs kept in flight: a new one starts as one ends (default {d.runs})")
-    parser.add_argument("--seed", type=int, help="seed of the nemesis and the client (default: a fresh one, printed)")
-    parser.add_argument("--duration", type=float, default=d.duration_s,
+    parser.add_argument("--seed", type=seed_type, help="seed of the nemesis and the client (default: a fresh one, printed)")
+    parser.add_argument("--duration", type=seconds_type(), default=d.duration_s,
                         help=f"seconds of faults and new runs (default {d.duration_s:.0f})")
-    parser.add_argument("--drain", type=float, default=d.drain_s,
+    parser.add_argument("--drain", type=seconds_type(), default=d.drain_s,
                         help=f"bound, in seconds, on draining after the faults stop (default {d.drain_s:.0f})")
-    parser.add_argument("--lease", type=float, default=d.lease_s,
+    parser.add_argument("--lease", type=seconds_type(), default=d.lease_s,
                         help=f"decision and command lease in seconds; pauses last 1.3-2x it (default {d.lease_s})")
     parser.add_argument("--faults", default="all",
                         help=f"all (default), none, or a comma-separated list of: {', '.join(k.value for k in FaultKind)}")
-    parser.add_argument("--fault-interval", type=float, default=d.fault_interval_s,
+    parser.add_argument("--fault-interval", type=seconds_type(), default=d.fault_interval_s,
                         help=f"mean seconds between two faults (default {d.fault_interval_s})")
-    parser.add_argument("--tenants", type=int, default=d.tenants, help=f"tenants sharing the database (default {d.tenants})")
+    parser.add_argument("--tenants", type=count_type(1), default=d.tenants, help=f"tenants sharing the database (default {d.tenants})")
     parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
                         help=f"comma-separated scenarios, or all (default {','.join(DEFAULT_SCENARIOS)})")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
@@ -89,12 +90,13 @@ def stress_command(args: argparse.Namespace) -> str:
 def run(console: Console, args: argparse.Namespace) -> int:
     from kit.backends import resolve
     from kit.faults.nemesis import plan_faults  # noqa: F401 - imported for its errors before resolving
+    from kit.seeds import env_seed, fresh_seed
     from kit.workload import Progress, StressConfig, run_stress
 
     if args.seed is None:
-        import secrets
-
-        args.seed = secrets.randbelow(2**31)
+        args.seed = env_seed()
+    if args.seed is None:
+        args.seed = fresh_seed()
     config = config_from(args)
     assert isinstance(config, StressConfig)
     backend = resolve(args.backend, args.url)

@@ -18,16 +18,20 @@ for authors who want only part of the suite.
 """
 
 from kit.conformance._harness import LEASE, TENANT, AreaChecks, Threads, check_id, requires
+from kit.conformance.acknowledged_writes import AcknowledgedWriteChecks
 from kit.conformance.claims import ClaimChecks
 from kit.conformance.clock import ClockChecks
 from kit.conformance.commands import CommandChecks
 from kit.conformance.commit import CommitChecks
+from kit.conformance.definition_versions import DefinitionVersionChecks
 from kit.conformance.definitions import DefinitionChecks
 from kit.conformance.keys_and_payloads import KeyAndPayloadChecks
 from kit.conformance.machines import MachineChecks
+from kit.conformance.payload_limits import PayloadLimitChecks
 from kit.conformance.runs import RunChecks
 from kit.conformance.schema import SchemaChecks
 from kit.conformance.signals import SignalChecks
+from kit.conformance.stored_values import StoredValueChecks
 from kit.conformance.tenancy import TenancyChecks
 from kit.conformance.timers import TimerChecks
 from kit.conformance.unit_of_work import UnitOfWorkChecks
@@ -36,6 +40,7 @@ __all__ = [
     "AREAS",
     "LEASE",
     "TENANT",
+    "AcknowledgedWriteChecks",
     "AreaChecks",
     "ClaimChecks",
     "ClockChecks",
@@ -43,11 +48,14 @@ __all__ = [
     "CommitChecks",
     "ConformanceSuite",
     "DefinitionChecks",
+    "DefinitionVersionChecks",
     "KeyAndPayloadChecks",
     "MachineChecks",
+    "PayloadLimitChecks",
     "RunChecks",
     "SchemaChecks",
     "SignalChecks",
+    "StoredValueChecks",
     "TenancyChecks",
     "Threads",
     "TimerChecks",
@@ -61,6 +69,7 @@ AREAS: tuple[type[AreaChecks], ...] = (
     SchemaChecks,
     ClockChecks,
     DefinitionChecks,
+    DefinitionVersionChecks,
     RunChecks,
     ClaimChecks,
     CommitChecks,
@@ -69,7 +78,10 @@ AREAS: tuple[type[AreaChecks], ...] = (
     TimerChecks,
     TenancyChecks,
     UnitOfWorkChecks,
+    AcknowledgedWriteChecks,
     KeyAndPayloadChecks,
+    PayloadLimitChecks,
+    StoredValueChecks,
     MachineChecks,
 )
 

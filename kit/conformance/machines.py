@@ -7,7 +7,16 @@ import pytest
 from kit.conformance._harness import AreaChecks, requires
 from kit.contract import Backend, Capability, Promise
 
-__all__ = ["MachineChecks"]
+__all__ = ["MachineChecks", "replay_command"]
+
+
+def replay_command(path: object, spec: str) -> str:
+    """The command that replays the bundle at ``path`` on the backend ``spec`` names (quoted for a shell)."""
+    import shlex
+
+    name, _, url = spec.partition(" --url ")
+    tail = f" --url {shlex.quote(url)}" if url else ""
+    return f"kit replay {shlex.quote(str(path))} --backend {shlex.quote(name)}{tail}"
 
 
 class MachineChecks(AreaChecks):
@@ -30,9 +39,16 @@ class MachineChecks(AreaChecks):
         if outcome.failure is not None:
             bundle = make_bundle(spec, kit_backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"])
             path = save_bundle(bundle, seeds_dir)
+            url = request.config.getoption("kit_url", None)
+            if url:
+                from kit.discovery import redact
+
+                spec = f"{spec} --url {redact(url)}"
             pytest.fail(
                 f"{outcome.failure['message']}\n"
                 f"seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking; saved to {path}\n"
-                f"replay: kit replay {path} --backend {spec}",
+                f"replay: {replay_command(path, spec)}\n"
+                f"explore the same scenarios again: seed {seed} (kit check {spec} --seed {seed} --profile {profile} "
+                f"-k fault_machine, or pytest --kit-seed {seed} --kit-profile {profile})",
                 pytrace=False,
             )

@@ -1,7 +1,10 @@
 """The storage contract in code: entities, outcomes, errors, capabilities, the protocol.
 
-``../shared/design/CONTRACT.md`` is the specification; this package is its
-vocabulary. Import from here, not from the submodules.
+``docs/CONTRACT.md`` (the repository's copy of the design folder's
+specification) is the specification; this package is its vocabulary. Limits
+it states live in :mod:`kit.contract.validation`: payloads nest at most
+``MAX_JSON_DEPTH`` (512) levels; U+0000 and lone surrogates are refused in
+every text argument and payload string. Import from here, not from the submodules.
 """
 
 from kit.contract.capabilities import ALL_PROMISES, Capabilities, Capability, Promise, SkipKind

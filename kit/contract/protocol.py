@@ -157,6 +157,13 @@ class DefinitionStore(Protocol):
 
     def get_definition(self, name: str, version: str) -> Definition | None: ...
 
+    def list_definition_versions(self, name: str) -> list[Definition]:
+        """Every stored version of definition ``name`` in this tenant, in code-point order of the version.
+
+        ``name`` matches exactly (byte for byte: no pattern, case or accent folding, no
+        padding); an unknown name gives an empty list.
+        """
+
 
 class CancelStore(Protocol):
     """Promise ``cancel_requests``."""

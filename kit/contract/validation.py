@@ -12,18 +12,21 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from kit.clock import ensure_utc
 from kit.contract.entities import JSON, Decision, RunStatus
-from kit.contract.errors import InvalidArgument, InvalidDecision
+from kit.contract.errors import InvalidArgument, InvalidDecision, StorageError
 from kit.contract.json_exact import json_equal
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MAX_KEY",
     "MAX_NAME",
+    "MAX_REASON",
     "MAX_RUN_ID",
     "MAX_TENANT_ID",
     "MAX_WORKER_ID",
@@ -33,8 +36,10 @@ __all__ = [
     "check_json",
     "check_lease",
     "check_limit",
+    "check_optional_text",
     "check_queues",
     "check_text",
+    "copy_json",
     "decode_json",
     "digest_of",
     "encode_json",
@@ -48,6 +53,13 @@ MAX_KEY = 255
 """Idempotency keys, dedup keys and operation keys."""
 MAX_NAME = 200
 """Definition names and versions, command, signal, queue and event-kind names."""
+MAX_REASON = 10_000
+"""A cancel reason: free text (it may be empty), with the same portability rules as every key."""
+MAX_JSON_DEPTH = 512
+"""How deeply a JSON payload may nest arrays and objects (a scalar is depth 0, ``[1]`` depth 1).
+
+Deeper values are refused with :class:`InvalidArgument` before anything is
+written, so nothing stored can be too deep to read back."""
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -67,6 +79,7 @@ def check_text(label: str, value: object, max_chars: int) -> str:
 
 
 def _check_portable_str(label: str, value: str) -> None:
+    """Refuse text that some dialect cannot store as given (U+0000, lone surrogates)."""
     if "\x00" in value:
         raise InvalidArgument(f"{label} contains U+0000, which PostgreSQL cannot store: remove it")
     try:
@@ -77,11 +90,29 @@ def _check_portable_str(label: str, value: str) -> None:
         ) from None
 
 
+def check_optional_text(label: str, value: object, max_chars: int) -> str | None:
+    """``None``, or text under the same rules as :func:`check_text` (free text may be empty)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{label} must be a str or None, got {type(value).__name__}")
+    if len(value) > max_chars:
+        raise InvalidArgument(
+            f"{label} is {len(value)} characters long; the contract allows at most {max_chars}"
+        )
+    _check_portable_str(label, value)
+    return value
+
+
 def check_json(label: str, value: JSON) -> JSON:
-    """Refuse anything that would not round-trip as the same JSON value on every dialect."""
-    stack: list[tuple[str, object]] = [(label, value)]
+    """Refuse anything that would not round-trip as the same JSON value on every dialect.
+
+    Walks the value without recursion, so a value of any depth is judged (and one
+    nesting deeper than :data:`MAX_JSON_DEPTH` refused) whatever the caller's stack.
+    """
+    stack: list[tuple[str, object, int]] = [(label, value, 0)]
     while stack:
-        where, item = stack.pop()
+        where, item, depth = stack.pop()
         if item is None or isinstance(item, bool | int):
             continue
         if isinstance(item, float):
@@ -91,8 +122,13 @@ def check_json(label: str, value: JSON) -> JSON:
         if isinstance(item, str):
             _check_portable_str(where, item)
             continue
+        if isinstance(item, list | dict) and depth >= MAX_JSON_DEPTH:
+            raise InvalidArgument(
+                f"{label} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels, the contract's "
+                "limit: flatten it or store the deep part as a string"
+            )
         if isinstance(item, list):
-            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(item))
             continue
         if isinstance(item, dict):
             for k, v in item.items():
@@ -101,7 +137,7 @@ def check_json(label: str, value: JSON) -> JSON:
                         f"{where} has key {k!r} of type {type(k).__name__}; JSON object keys are str"
                     )
                 _check_portable_str(f"{where} key", k)
-                stack.append((f"{where}[{k!r}]", v))
+                stack.append((f"{where}[{k!r}]", v, depth + 1))
             continue
         raise InvalidArgument(
             f"{where} is a {type(item).__name__}, not a JSON value: use None, bool, int, float, "
@@ -110,15 +146,74 @@ def check_json(label: str, value: JSON) -> JSON:
     return value
 
 
+def copy_json(value: JSON) -> JSON:
+    """A deep copy of a JSON value that shares no list or dict with it (no recursion: any depth)."""
+    if not isinstance(value, list | dict):
+        return value
+    root: list[JSON] = [None]
+    work: list[tuple[JSON, list[JSON] | dict[str, JSON], int | str]] = [(value, root, 0)]
+    while work:
+        item, parent, slot = work.pop()
+        if isinstance(item, list):
+            copied_list: list[JSON] = [None] * len(item)
+            parent[slot] = copied_list  # type: ignore[index]
+            work.extend((v, copied_list, i) for i, v in enumerate(item))
+        elif isinstance(item, dict):
+            copied_dict: dict[str, JSON] = dict.fromkeys(item)
+            parent[slot] = copied_dict  # type: ignore[index]
+            work.extend((v, copied_dict, k) for k, v in item.items())
+        else:
+            parent[slot] = item  # type: ignore[index]
+    return root[0]
+
+
+def _stack_independent(fn: Callable[[object], JSON], arg: object) -> JSON:
+    """``fn(arg)`` for the recursive C codec of :mod:`json`, whatever the caller's stack depth.
+
+    The codec recurses once per nesting level against the interpreter's recursion
+    limit, which the caller's own frames already use up; a value the contract allows
+    could then fail or succeed depending on where it is read from. When the codec
+    runs out of stack here it runs again on a fresh thread, whose stack is empty.
+    """
+    try:
+        return fn(arg)
+    except RecursionError:
+        pass
+    box: list[JSON] = []
+    errors: list[BaseException] = []
+
+    def fresh() -> None:
+        try:
+            box.append(fn(arg))
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=fresh, name="kit-json", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        if isinstance(errors[0], RecursionError):
+            raise StorageError(
+                f"a stored JSON value nests deeper than this interpreter can decode (the contract allows "
+                f"{MAX_JSON_DEPTH} levels; it predates that limit): rewrite it with a flatter value"
+            ) from None
+        raise errors[0]
+    return box[0]
+
+
+def _dumps(value: object) -> JSON:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(value: JSON) -> str:
-    """Compact JSON text for storage (after :func:`check_json`).
+    """Compact JSON text for storage (after :func:`check_json`), at any caller stack depth.
 
     A float is always spelled as a float: Python writes ``1e+300`` for a float at
     or beyond 1e16, which a store keeping numbers as decimals (PostgreSQL's
     ``jsonb``) prints back as the integer ``1000...0``, so such floats are
     written out in full with a ``.0`` fraction that every store keeps.
     """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text: str = _stack_independent(_dumps, value)
     return text if "e+" not in text else _encode_floats_as_floats(value)
 
 
@@ -154,9 +249,10 @@ def _float_text(number: float) -> str:
 
 
 def decode_json(text: str | bytes | None) -> JSON:
+    """The JSON value of stored text; works at any caller stack depth (see :data:`MAX_JSON_DEPTH`)."""
     if text is None:
         return None
-    return json.loads(text)
+    return _stack_independent(json.loads, text)  # type: ignore[arg-type]
 
 
 def digest_of(body: bytes) -> str:

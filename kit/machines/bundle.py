@@ -21,8 +21,9 @@ from kit import __version__
 from kit.contract import Backend
 from kit.contract.errors import ConfigurationError
 from kit.machines.interpreter import Divergence, Interpreter
+from kit.machines.steps import step_problem
 
-__all__ = ["BUNDLE_FORMAT", "ReplayResult", "load_bundle", "make_bundle", "replay", "save_bundle"]
+__all__ = ["BUNDLE_FORMAT", "ReplayResult", "check_steps", "load_bundle", "make_bundle", "replay", "save_bundle"]
 
 BUNDLE_FORMAT = 1
 
@@ -78,7 +79,23 @@ def load_bundle(path: Path | str) -> dict[str, Any]:
         raise ConfigurationError(
             f"{source} is bundle format {bundle.get('format')!r}; this kit reads format {BUNDLE_FORMAT}"
         )
+    check_steps(bundle["steps"], str(source))
+    backend = bundle.get("backend")
+    if backend is not None and (not isinstance(backend, str) or not backend):
+        raise ConfigurationError(f"{source} names backend {backend!r}: write a backend name, or pass --backend")
     return bundle
+
+
+def check_steps(steps: list[Any], source: str) -> None:
+    """Refuse a step list the interpreter cannot apply (bad input, never blamed on an adapter)."""
+    from kit.machines.side import WORKERS
+
+    if not steps:
+        raise ConfigurationError(f"{source} has no steps: there is nothing to replay; give a bundle kit saved")
+    for i, step in enumerate(steps):
+        problem = step_problem(step, f"step {i}", tuple(WORKERS))
+        if problem is not None:
+            raise ConfigurationError(f"{source}: {problem}: fix the step or re-save the bundle with kit")
 
 
 @dataclass
@@ -105,6 +122,7 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
         if narrate is not None:
             narrate(line)
 
+    check_steps(bundle["steps"], "the bundle")
     interpreter = Interpreter(backend, narrate=say)
     try:
         for step in bundle["steps"]:
@@ -113,6 +131,12 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
         result.divergence = exc.to_json()
         result.message = str(exc)
         say(f"DIVERGENCE: {exc}")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        step = len(interpreter.records) - 1
+        raise ConfigurationError(
+            f"step {step} cannot be applied ({type(exc).__name__}: {exc}): the step is malformed; fix it or "
+            "re-save the bundle with kit"
+        ) from None
     finally:
         interpreter.close()
     return result

@@ -148,7 +148,23 @@ class Interpreter:
         except Exception as exc:
             if side is self.reference:
                 raise
+            self._blame_the_step(fn, index, step, exc)
             raise Divergence(index, step, "error", f"the adapter raised {type(exc).__name__}: {exc}") from exc
+
+    def _blame_the_step(self, fn: Callable[[Side], Any], index: int, step: dict[str, Any], exc: Exception) -> None:
+        """Raise ConfigurationError when the reference engine cannot apply the step either: the step is
+        malformed (a hand-edited bundle), and the adapter is not to blame."""
+        try:
+            fn(self.reference)
+        except KitError:
+            return
+        except Exception as ref_exc:  # noqa: BLE001 - the step itself is broken
+            from kit.contract.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"step {index} ({step.get('op')!r}) cannot be applied on either side "
+                f"({type(ref_exc).__name__}: {ref_exc}): the step is malformed; fix it or re-save the bundle"
+            ) from exc
 
     def _both(self, index: int, step: dict[str, Any], fn: Callable[[Side], Any],
               remember: Callable[[Side, Any], None] | None = None) -> tuple[Any, Any]:

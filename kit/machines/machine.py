@@ -10,6 +10,8 @@ and stale claims frequent.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,7 +29,7 @@ from kit.contract import Backend, Capability
 from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
 from kit.machines.interpreter import Divergence, Interpreter
 
-__all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "run_machine"]
+__all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "pinned_generation", "run_machine"]
 
 #: Keys that collide under case- or normalisation-insensitive comparison, or when a
 #: too-short column truncates them (the long ones differ only in their last character).
@@ -100,6 +102,8 @@ class Profile:
             stateful_step_count=self.steps,
             deadline=None,
             database=None,
+            derandomize=False,  # the seed decides, whatever profile a caller loaded
+            print_blob=False,
             phases=phases,
             verbosity=Verbosity.quiet,
             suppress_health_check=list(HealthCheck),
@@ -641,6 +645,42 @@ class MachineOutcome:
         return self.failure is None and self.error is None
 
 
+@contextmanager
+def pinned_generation() -> Iterator[None]:
+    """While the machine runs, Hypothesis draws from the seed alone.
+
+    Hypothesis (6.131 and later) makes a share of its integer, float and string
+    draws from constants it finds in the source of every *local* module in
+    ``sys.modules``. Which modules are loaded differs by route (``kit check``
+    loads the CLI and report modules, the pytest route a user's conftest and
+    adapter), so one seed generated different steps on different routes. Inside
+    this block that pool is empty: the steps depend on the seed and the profile
+    only. (Hypothesis offers no setting for it; a version without the pool
+    needs no pinning.)
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a Hypothesis without the module
+        yield
+        return
+    original = getattr(providers, "_get_local_constants", None)
+    constants = getattr(providers, "Constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if original is None or constants is None:  # pragma: no cover - a Hypothesis without the pool
+        yield
+        return
+    empty = constants()
+    providers._get_local_constants = lambda: empty
+    if cache is not None:
+        cache.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        if cache is not None:
+            cache.cache.clear()
+
+
 def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True) -> MachineOutcome:
     """Run the machine against ``backend``; the failure (if any) is the last, shrunk step list."""
     chosen = PROFILES[profile] if isinstance(profile, str) else profile
@@ -649,7 +689,8 @@ def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: 
     started = time.monotonic()
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+        with pinned_generation():
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
     except Divergence:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden

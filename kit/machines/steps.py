@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OPS", "describe"]
+__all__ = ["OPS", "REQUIRED", "describe", "step_problem"]
 
 
 class _Key(str):
@@ -127,3 +127,48 @@ def describe(step: dict[str, Any]) -> str:
     if op == "uow_inner_failure":
         return f"{w} runs a unit of work on {run!r} whose inner block fails"
     return str(step)
+
+
+#: The fields each op needs (besides ``op``); ``inner`` and ``ops`` hold steps themselves.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "define": ("worker", "name", "body"), "start": ("worker", "run"), "signal": ("worker", "run", "key"),
+    "cancel": ("worker", "run"), "claim_runs": ("worker",), "renew": ("worker", "run"),
+    "release": ("worker", "run"), "load": ("worker", "run"), "commit": ("worker", "run", "decision"),
+    "claim_commands": ("worker",), "heartbeat": ("worker", "run", "key"), "complete": ("worker", "run", "key"),
+    "fail": ("worker", "run", "key"), "fire_timers": ("worker",), "list_page": ("worker",), "advance": ("us",),
+    "advance_to": ("target",), "crash": ("worker",), "crash_during": ("at", "inner"), "lost_ack": ("inner",),
+    "skew": ("worker", "hours"), "paused_claim": ("holder", "other"), "race": ("ops",),
+    "verify_schema": (), "uow_inner_failure": ("worker", "run"), "clock_probe": (), "interleave": ("ops",),
+}
+_WORKER_FIELDS = ("worker", "holder", "other", "claim_of")
+
+
+def step_problem(step: object, where: str, workers: tuple[str, ...]) -> str | None:
+    """Why ``step`` is not a step the interpreter can apply (``where`` names it), or None."""
+    if not isinstance(step, dict):
+        return f"{where} is a {type(step).__name__}, not an object with an 'op'"
+    op = step.get("op")
+    if op not in REQUIRED:
+        return f"{where} has unknown op {op!r} (known: {', '.join(OPS)})"
+    missing = [name for name in REQUIRED[op] if name not in step]
+    if missing:
+        return f"{where} ({op}) lacks field {', '.join(repr(m) for m in missing)}"
+    for name in _WORKER_FIELDS:
+        if name in step and step[name] not in workers:
+            return f"{where} ({op}) names worker {step[name]!r}; workers are {', '.join(workers)}"
+    if op == "commit" and not (isinstance(step["decision"], dict) and "status" in step["decision"]):
+        return f"{where} (commit) has a decision without a 'status'"
+    if op in ("crash_during", "lost_ack"):
+        inner = step["inner"]
+        if isinstance(inner, dict) and "worker" not in inner:
+            return f"{where}.inner lacks field 'worker'"
+        return step_problem(inner, f"{where}.inner", workers)
+    if op in ("race", "interleave"):
+        ops = step["ops"]
+        if not isinstance(ops, list) or len(ops) < 2 or (op == "interleave" and len(ops) != 2):
+            return f"{where} ({op}) needs 'ops', a list of {'two' if op == 'interleave' else 'two or more'} steps"
+        for i, sub in enumerate(ops):
+            problem = step_problem(sub, f"{where}.ops[{i}]", workers)
+            if problem is not None:
+                return problem
+    return None

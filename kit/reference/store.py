@@ -4,6 +4,14 @@ Every operation takes the one shared lock, works on a copy of the state, and
 publishes the copy only if it returns normally, so it is atomic and
 serialisable by construction. Read this file as the specification in code: the
 SQL adapters are compared with it, step by step, by the fault machines.
+
+The lock is re-entrant, so a second store used on the thread that holds another
+store's open ``transaction()`` runs at once, as it would on a row-locking
+database: its commit publishes only the rows it changed, carries them into the
+open unit of work (which commits later without overwriting them), and is
+refused with :class:`~kit.contract.errors.LockTimeout` when it touches a row the
+open unit changed or locked (the real database's lock wait could never end on
+that thread). Claims skip such rows, as ``SKIP LOCKED`` does.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from kit.contract.errors import (
     DefinitionNotFound,
     InvalidArgument,
     InvalidDecision,
+    LockTimeout,
     NotInTransaction,
     RunAlreadyExists,
     TransactionRolledBack,
@@ -52,9 +61,23 @@ from kit.contract.errors import (
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
 from kit.migrate import AppliedMigration, pending, verify
-from kit.reference._tables import Tables
+from kit.reference._tables import Row, Tables
+from kit.reference._values import detached, detached_all
 
 __all__ = ["MemoryStore", "SharedState"]
+
+
+@dataclass
+class _Unit:
+    """One store's open unit of work: the state it started from, its working copy, its row locks."""
+
+    base: Tables
+    work: Tables
+    locks: set[Row] = field(default_factory=set)
+
+    def held(self) -> set[Row]:
+        """The rows this unit holds locks on: those it changed and those it locked."""
+        return set(self.work.changes(self.base)) | self.locks
 
 
 @dataclass
@@ -64,6 +87,8 @@ class SharedState:
     tables: Tables = field(default_factory=Tables)
     clock: ManualClock = field(default_factory=ManualClock)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    open_units: list[_Unit] = field(default_factory=list)
+    """Units of work open right now (more than one only on one thread: the lock admits no other)."""
 
 
 class _Tx:
@@ -92,6 +117,7 @@ class MemoryStore:
         self.migrations = list(migrations)
         self._hook = statement_hook
         self._work: Tables | None = None
+        self._open: _Unit | None = None
         self._tx: _Tx | None = None
         self._depth = 0
         self._closed = False
@@ -146,7 +172,10 @@ class MemoryStore:
                 self._depth -= 1
             return
         with self._shared.lock:
-            self._work = self._shared.tables.copy()
+            base = self._shared.tables
+            unit = _Unit(base, base.copy())
+            self._shared.open_units.append(unit)
+            self._open, self._work = unit, unit.work
             self._tx = _Tx()
             self._depth = 1
             tx = self._tx
@@ -157,21 +186,61 @@ class MemoryStore:
                         "an inner transaction() block failed, so the whole unit of work was "
                         "rolled back: let the exception propagate or handle it outside the unit"
                     )
+                changes = self._refuse_locked_rows(unit)
                 self._write(COMMIT_POINT)
-                self._shared.tables = self._work
+                self._publish(unit, changes)
             finally:
-                self._work = None
+                self._shared.open_units.remove(unit)
+                self._open = self._work = None
                 self._tx = None
                 self._depth = 0
             self._write(COMMITTED_POINT)
         for callback in tx.callbacks:
             callback()
 
+    def _others(self) -> list[_Unit]:
+        return [u for u in self._shared.open_units if u is not self._open]
+
+    def _held_by_others(self) -> set[Row]:
+        """Rows another store's open unit of work (on this thread) has changed or locked."""
+        held: set[Row] = set()
+        for other in self._others():
+            held |= other.held()
+        return held
+
+    def _refuse_locked_rows(self, unit: _Unit) -> dict[Row, Any]:
+        """The rows ``unit`` changed; LockTimeout if another open unit holds one of them."""
+        changes = unit.work.changes(unit.base)
+        held = self._held_by_others() if self._others() else set()
+        clash = next((row for row in changes if row in held), None)
+        if clash is not None:
+            raise LockTimeout(
+                f"{clash[0]} row {clash[1]!r} is locked by another store's open transaction() on this "
+                "thread, which cannot finish while this call waits: commit or roll back that unit of "
+                "work first, or make this call through its store"
+            )
+        return changes
+
+    def _publish(self, unit: _Unit, changes: dict[Row, Any]) -> None:
+        """Make ``unit``'s rows the committed state and carry them into every other open unit."""
+        shared = self._shared
+        if shared.tables is unit.base:
+            shared.tables = unit.work
+        else:
+            merged = shared.tables.copy()
+            merged.absorb(changes)
+            shared.tables = merged
+        for other in self._others():
+            other.work.absorb(changes)
+            other.base = shared.tables
+
     def lock_run(self, run_id: str) -> Run | None:
         if not self._depth:
             raise NotInTransaction("lock_run() needs an open transaction(): call it inside one")
+        assert self._open is not None
+        self._open.locks.add(("runs", (self.tenant_id, run_id)))
         with self._read() as t:
-            return t.runs.get((self.tenant_id, run_id))
+            return detached(t.runs.get((self.tenant_id, run_id)))
 
     # -- schema -----------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -220,6 +289,12 @@ class MemoryStore:
         with self._read() as t:
             return t.definitions.get((self.tenant_id, name, version))
 
+    def list_definition_versions(self, name: str) -> list[Definition]:
+        v.check_text("name", name, v.MAX_NAME)
+        with self._read() as t:
+            found = [d for (tenant, n, _), d in t.definitions.items() if tenant == self.tenant_id and n == name]
+        return sorted(found, key=lambda d: d.version)
+
     # -- runs -------------------------------------------------------------
     def start_run(
         self,
@@ -238,7 +313,7 @@ class MemoryStore:
             if idempotency_key is not None:
                 for run in t.runs.values():
                     if run.tenant_id == self.tenant_id and run.idempotency_key == idempotency_key:
-                        return StartResult(run, created=False)
+                        return detached(StartResult(run, created=False))
             if (self.tenant_id, run_id) in t.runs:
                 raise RunAlreadyExists(
                     f"run {run_id!r} already exists: use a new run id, or repeat the original "
@@ -270,7 +345,7 @@ class MemoryStore:
                 wakeup_pending=False,
                 cancel_requested=False,
                 cancel_reason=None,
-                input=input,
+                input=v.copy_json(input),
                 output=None,
                 error=None,
                 idempotency_key=idempotency_key,
@@ -279,11 +354,11 @@ class MemoryStore:
             )
             self._write("INSERT run")
             t.runs[(self.tenant_id, run_id)] = run
-            return StartResult(run, created=True)
+            return detached(StartResult(run, created=True))
 
     def get_run(self, run_id: str) -> Run | None:
         with self._read() as t:
-            return t.runs.get((self.tenant_id, run_id))
+            return detached(t.runs.get((self.tenant_id, run_id)))
 
     def list_runs(
         self, status: RunStatus | None = None, after: str | None = None, limit: int = 100
@@ -297,12 +372,12 @@ class MemoryStore:
                 and (status is None or r.status == status)
                 and (after is None or r.run_id > after)
             ]
-        return sorted(runs, key=lambda r: r.run_id)[:limit]
+        return detached_all(sorted(runs, key=lambda r: r.run_id)[:limit])
 
     def get_history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         with self._read() as t:
             events = [e for e in t.history.get((self.tenant_id, run_id), ()) if e.seq > after_seq]
-        return events if limit is None else events[: v.check_limit(limit)]
+        return detached_all(events if limit is None else events[: v.check_limit(limit)])
 
     def export_state(self) -> dict[str, Any]:
         """The tenant's whole observable state (see kit.inspect), from one consistent state."""
@@ -319,8 +394,8 @@ class MemoryStore:
             }
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument("reason must be a str or None")
+        v.check_text("run_id", run_id, v.MAX_RUN_ID)
+        v.check_optional_text("reason", reason, v.MAX_REASON)
         with self._unit() as t:
             run = t.runs.get((self.tenant_id, run_id))
             if run is None:
@@ -340,11 +415,13 @@ class MemoryStore:
         lease_us, limit = v.check_claim(worker_id, lease, limit)
         with self._unit() as t:
             now = self._now()
+            held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
             due = [
                 r
                 for r in t.runs.values()
                 if r.tenant_id == self.tenant_id and _run_due_at(r) is not None
                 and _run_due_at(r) <= now  # type: ignore[operator]
+                and ("runs", (self.tenant_id, r.run_id)) not in held
             ]
             due.sort(key=lambda r: (_run_due_at(r), r.run_id))
             claims = []
@@ -417,7 +494,7 @@ class MemoryStore:
             if refused:
                 return refused
             assert run is not None
-            return Snapshot(
+            return detached(Snapshot(
                 run=run,
                 history=t.history.get((self.tenant_id, run.run_id), ()),
                 command_results=tuple(
@@ -430,7 +507,7 @@ class MemoryStore:
                 timers=tuple(
                     x for x in self._timers_of(t, run.run_id) if x.status is TimerStatus.FIRED
                 ),
-            )
+            ))
 
     def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
         v.check_decision(decision)
@@ -449,8 +526,8 @@ class MemoryStore:
             for new in decision.events:
                 self._write("INSERT event")
                 history += (
-                    Event(run.run_id, len(history) + 1, new.kind, new.operation_key, new.payload,
-                          revision, now),
+                    Event(run.run_id, len(history) + 1, new.kind, new.operation_key,
+                          v.copy_json(new.payload), revision, now),
                 )
             t.history[key] = history
             taken = {c.operation_key for c in self._commands_of(t, run.run_id)}
@@ -462,7 +539,7 @@ class MemoryStore:
                 cid = t.new_id("commands")
                 t.commands[cid] = (self.tenant_id, Command(
                     command_id=str(cid), run_id=run.run_id, operation_key=nc.operation_key,
-                    name=nc.name, queue=nc.queue, input=nc.input, status=CommandStatus.PENDING,
+                    name=nc.name, queue=nc.queue, input=v.copy_json(nc.input), status=CommandStatus.PENDING,
                     attempt=0, max_attempts=nc.max_attempts, not_before=now + nc.delay,
                     claim_owner=None, claim_generation=0, claim_expires_at=None, result=None,
                     error=None, consumed=False,
@@ -512,8 +589,8 @@ class MemoryStore:
                 claim_expires_at=None,
                 wake_at=wake_at,
                 wakeup_pending=False,
-                output=decision.output,
-                error=decision.error,
+                output=v.copy_json(decision.output),
+                error=v.copy_json(decision.error),
                 updated_at=now,
             )
             return Outcome.COMMITTED
@@ -587,11 +664,12 @@ class MemoryStore:
         with self._unit() as t:
             now = self._now()
             due = []
+            held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
             for cid, (tenant, cmd) in t.commands.items():
                 at = _command_due_at(cmd)
                 if tenant == self.tenant_id and at is not None and at <= now and (
                     queues is None or cmd.queue in queues
-                ):
+                ) and ("commands", cid) not in held:
                     due.append((at, cid, cmd))
             due.sort(key=lambda item: (item[0], item[1]))
             expires = from_micros(to_micros(now) + lease_us)
@@ -607,10 +685,10 @@ class MemoryStore:
                     claim_expires_at=expires,
                 )
                 t.commands[cid] = (self.tenant_id, cmd)
-                claims.append(CommandClaim(
+                claims.append(detached(CommandClaim(
                     cmd.command_id, cmd.run_id, worker_id, cmd.claim_generation, expires,
                     cmd.attempt, cmd.name, cmd.queue, cmd.input, cmd.operation_key,
-                ))
+                )))
             return claims
 
     def _command_fence(
@@ -651,7 +729,7 @@ class MemoryStore:
             assert cmd is not None
             self._write("UPDATE command completed")
             t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                cmd, status=CommandStatus.COMPLETED, result=result, claim_expires_at=None))
+                cmd, status=CommandStatus.COMPLETED, result=v.copy_json(result), claim_expires_at=None))
             self._wake_run(t, cmd.run_id, now)
             return Outcome.COMPLETED
 
@@ -673,23 +751,23 @@ class MemoryStore:
             if retryable and cmd.attempt < cmd.max_attempts:
                 self._write("UPDATE command retry")
                 t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                    cmd, status=CommandStatus.PENDING, error=error, claim_owner=None,
+                    cmd, status=CommandStatus.PENDING, error=v.copy_json(error), claim_owner=None,
                     claim_expires_at=None, not_before=from_micros(to_micros(now) + delay_us)))
                 return Outcome.RETRY_SCHEDULED
             self._write("UPDATE command failed")
             t.commands[int(cmd.command_id)] = (self.tenant_id, replace(
-                cmd, status=CommandStatus.FAILED, error=error, claim_expires_at=None))
+                cmd, status=CommandStatus.FAILED, error=v.copy_json(error), claim_expires_at=None))
             self._wake_run(t, cmd.run_id, now)
             return Outcome.FAILED
 
     def get_command(self, command_id: str) -> Command | None:
         with self._read() as t:
             row = t.commands.get(int(command_id)) if command_id.isdigit() else None
-            return row[1] if row is not None and row[0] == self.tenant_id else None
+            return detached(row[1]) if row is not None and row[0] == self.tenant_id else None
 
     def list_commands(self, run_id: str) -> list[Command]:
         with self._read() as t:
-            return self._commands_of(t, run_id)
+            return detached_all(self._commands_of(t, run_id))
 
     # -- signals ----------------------------------------------------------
     def send_signal(self, run_id: str, name: str, payload: JSON, dedup_key: str) -> SignalReceipt:
@@ -703,20 +781,20 @@ class MemoryStore:
                 return SignalReceipt(Outcome.NOT_FOUND)
             for existing in self._signals_of(t, run_id):
                 if existing.dedup_key == dedup_key:
-                    return SignalReceipt(Outcome.DUPLICATE, existing)
+                    return detached(SignalReceipt(Outcome.DUPLICATE, existing))
             if run.status.terminal:
                 return SignalReceipt(Outcome.TERMINAL)
             now = self._now()
             self._write("INSERT signal")
             sid = t.new_id("signals")
-            signal = Signal(str(sid), run_id, name, payload, dedup_key, SignalStatus.PENDING, None, now)
+            signal = Signal(str(sid), run_id, name, v.copy_json(payload), dedup_key, SignalStatus.PENDING, None, now)
             t.signals[sid] = (self.tenant_id, signal)
             self._wake_run(t, run_id, now)
-            return SignalReceipt(Outcome.COMMITTED, signal)
+            return detached(SignalReceipt(Outcome.COMMITTED, signal))
 
     def list_signals(self, run_id: str) -> list[Signal]:
         with self._read() as t:
-            return self._signals_of(t, run_id)
+            return detached_all(self._signals_of(t, run_id))
 
     # -- timers -----------------------------------------------------------
     def fire_due_timers(self, limit: int = 100) -> list[Timer]:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kit import __version__
-from kit.discovery import redact
+from kit.discovery import password_of, redact
 
 __all__ = [
     "Scrubber",
@@ -53,15 +53,10 @@ class Scrubber:
         candidates += [v for k, v in os.environ.items() if k.startswith("KIT_") and k.endswith("_URL") and v]
         secrets: list[str] = []
         for url in candidates:
-            try:
-                from sqlalchemy.engine import make_url
-
-                password = make_url(url).password
-            except Exception:  # noqa: BLE001 - a malformed URL: take what sits between ':' and '@'
-                match = re.search(r"://[^:/@]*:([^@]*)@", url)
-                password = match.group(1) if match else None
+            password = password_of(url)
             if password:
-                secrets.append(str(password))
+                secrets.append(password)
+                secrets.extend(p for p in re.split(r"[@:]", password) if len(p) >= _MIN_SECRET)
         return cls(secrets)
 
     def text(self, value: str) -> str:

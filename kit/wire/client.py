@@ -52,7 +52,7 @@ OPERATIONS: tuple[str, ...] = (
     "hello", "provision", "open", "close", "kill_session", "reset", "drop",
     # storage (section 5): every method of kit.contract.protocol.Storage
     "migrate", "verify_schema", "now", "set_test_clock", "advance_test_clock", "ensure_definition",
-    "get_definition", "start_run", "get_run", "list_runs", "request_cancel", "get_history", "claim_runs",
+    "get_definition", "list_definition_versions", "start_run", "get_run", "list_runs", "request_cancel", "get_history", "claim_runs",
     "renew_run_claim", "release_run_claim", "load_claimed", "commit_decision", "claim_commands",
     "heartbeat_command", "complete_command", "fail_command", "get_command", "list_commands", "send_signal",
     "list_signals", "fire_due_timers", "list_timers", "begin", "commit", "rollback", "lock_run",
@@ -366,6 +366,9 @@ class WireStorage:
 
     def get_definition(self, name: str, version: str) -> Definition | None:
         return self._call("get_definition", Definition | None, name=name, version=version)  # type: ignore[no-any-return]
+
+    def list_definition_versions(self, name: str) -> list[Definition]:
+        return self._call("list_definition_versions", list[Definition], name=name)  # type: ignore[no-any-return]
 
     # -- runs ---------------------------------------------------------------
     def start_run(self, run_id: str, definition: DefinitionRef, input: JSON = None,

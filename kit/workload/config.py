@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,8 +53,11 @@ class StressConfig:
     def validate(self) -> StressConfig:
         if self.workers < 1 or self.runs < 1 or self.tenants < 1 or self.timer_loops < 1:
             raise ConfigurationError("--workers, --runs, --tenants and timer loops must each be at least 1")
-        if self.duration_s <= 0 or self.drain_s <= 0 or self.lease_s <= 0:
-            raise ConfigurationError("--duration, --drain and --lease must be positive numbers of seconds")
+        seconds = (self.duration_s, self.drain_s, self.lease_s, self.fault_interval_s)
+        if not all(math.isfinite(x) and x > 0 for x in seconds):
+            raise ConfigurationError(
+                "--duration, --drain, --lease and --fault-interval must be finite positive numbers of seconds"
+            )
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
         if unknown or not self.scenarios:
             raise ConfigurationError(

@@ -20,7 +20,7 @@ const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 const CAPABILITIES = ['skip_locked', 'test_clock', 'database_clock', 'tenancy', 'unit_of_work', 'kill_session',
   'concurrent_connections', 'statement_faults'];
 const STORE_OPS = new Set(['close', 'migrate', 'verify_schema', 'now', 'set_test_clock', 'advance_test_clock', 'ensure_definition',
-  'get_definition', 'start_run', 'get_run', 'list_runs', 'request_cancel', 'get_history', 'claim_runs', 'renew_run_claim',
+  'get_definition', 'list_definition_versions', 'start_run', 'get_run', 'list_runs', 'request_cancel', 'get_history', 'claim_runs', 'renew_run_claim',
   'release_run_claim', 'load_claimed', 'commit_decision', 'claim_commands', 'heartbeat_command', 'complete_command', 'fail_command',
   'get_command', 'list_commands', 'send_signal', 'list_signals', 'fire_due_timers', 'list_timers', 'begin', 'commit', 'rollback',
   'lock_run', 'drop_connection']);

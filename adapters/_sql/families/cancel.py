@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters._sql.families._base import SqlPlumbing
-from kit.contract.errors import (
-    InvalidArgument,
-)
+from kit.contract import validation as v
 from kit.contract.outcomes import Outcome
 
 __all__ = ["CancelSql"]
@@ -17,8 +15,8 @@ class CancelSql(SqlPlumbing):
     """Promise ``cancel_requests``: a cancel request marks the run and wakes it."""
 
     def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
-        if reason is not None and not isinstance(reason, str):
-            raise InvalidArgument("reason must be a str or None")
+        v.check_text("run_id", run_id, v.MAX_RUN_ID)
+        v.check_optional_text("reason", reason, v.MAX_REASON)
 
         def cancel(cur: Any) -> Outcome:
             run = self._locked_run(cur, run_id)

@@ -372,6 +372,22 @@ class Store {
     return this.read(async () => { const d = await this.definition(name, version); return d && toDefinition(d); });
   }
 
+  async list_definition_versions({ name }) {
+    V.checkText('name', name, LIMITS.name);
+    return this.read(async () => {
+      const r = await this.q('SELECT name, version, digest, body, created_at FROM kit_definitions WHERE tenant_id = ? AND name = ?',
+        [this.tenant, name]);
+      // Code-point order (JS compares strings by UTF-16 code units, which misorders characters beyond U+FFFF).
+      const byCodePoint = (a, b) => {
+        const x = Array.from(a.version, (c) => c.codePointAt(0));
+        const y = Array.from(b.version, (c) => c.codePointAt(0));
+        for (let i = 0; i < Math.min(x.length, y.length); i++) if (x[i] !== y[i]) return x[i] - y[i];
+        return x.length - y.length;
+      };
+      return r.rows.filter((d) => d.name === name).sort(byCodePoint).map(toDefinition);
+    });
+  }
+
   // -- runs ---------------------------------------------------------------------------
   async runBy(column, value, lock = false) {
     const r = await this.q(`SELECT ${RUN_COLS} FROM kit_runs WHERE tenant_id = ? AND ${column} = ?${lock ? ' FOR UPDATE' : ''}`, [this.tenant, value]);
