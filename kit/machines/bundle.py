@@ -79,7 +79,11 @@ def load_bundle(path: Path | str) -> dict[str, Any]:
         raise ConfigurationError(
             f"{source} is bundle format {bundle.get('format')!r}; this kit reads format {BUNDLE_FORMAT}"
         )
-    check_steps(bundle["steps"], str(source))
+    if bundle.get("kind") == "queue":  # the queue machine's own step language, checked as it replays
+        if not bundle["steps"]:
+            raise ConfigurationError(f"{source} has no steps: there is nothing to replay; give a bundle kit saved")
+    else:
+        check_steps(bundle["steps"], str(source))
     backend = bundle.get("backend")
     if backend is not None and (not isinstance(backend, str) or not backend):
         raise ConfigurationError(f"{source} names backend {backend!r}: write a backend name, or pass --backend")
