@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kit import __version__
+from kit.contract.capabilities import SkipKind
 from kit.discovery import redact
+
+if TYPE_CHECKING:
+    from kit.report.results import CheckResult
 
 NAME = "check"
 HELP = "run the conformance suite against a backend"
@@ -93,18 +98,18 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
     by_area: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, set[str]] = defaultdict(set)
     for r in run.results:
-        by_area[r.area][r.outcome] += 1
+        by_area[r.area][_column_of(r)] += 1
         if r.outcome in ("skipped", "xfailed"):
-            reasons[r.area].add(r.message)
+            reasons[r.area].add(_short_reason(r))
     table = Table(title=f"{run.backend}: {len(run.results)} checks in {run.duration_s:.1f} s")
-    for column in ("area", "passed", "failed", "skipped", "why skipped"):
-        table.add_column(column, justify="right" if column in ("passed", "failed", "skipped") else "left")
+    counted = ("passed", "failed", "not promised", "skipped")
+    for column in ("area", *counted, "why skipped"):
+        table.add_column(column, justify="right" if column in counted else "left")
     for area in sorted(by_area):
         c = by_area[area]
-        failed = c["failed"] + c["error"]
         table.add_row(
-            area, str(c["passed"]), f"[red]{failed}[/]" if failed else "0", str(c["skipped"] + c["xfailed"]),
-            escape("; ".join(sorted(reasons[area]))[:120]),
+            area, str(c["passed"]), f"[red]{c['failed']}[/]" if c["failed"] else "0", str(c["not promised"]),
+            str(c["skipped"]), escape("; ".join(sorted(reasons[area]))[:120]),
         )
     console.print(table)
     url = f" --url '{redact(args.url)}'" if getattr(args, "url", None) else ""
@@ -115,9 +120,24 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
         console.print(f"  error: {escape(r.message)}", soft_wrap=True)
         console.print(f"  reproduce: kit check {escape(args.backend)}{escape(url)} -k {escape(name)}", soft_wrap=True)
-    totals = Counter(r.outcome for r in run.results)
+    totals = Counter(_column_of(r) for r in run.results)
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
-    console.print(
-        f"{verdict}: {totals['passed']} passed, {totals['failed'] + totals['error']} failed, "
-        f"{totals['skipped'] + totals['xfailed']} skipped"
-    )
+    not_promised = f", {totals['not promised']} not promised" if totals["not promised"] else ""
+    console.print(f"{verdict}: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped{not_promised}")
+
+
+def _column_of(result: CheckResult) -> str:
+    """The table column a result is counted in: passed, failed (errors too), not promised or skipped
+    (unsupported, not reachable and expected failures)."""
+    if result.outcome in ("failed", "error"):
+        return "failed"
+    if result.outcome in ("skipped", "xfailed"):
+        return "not promised" if result.skip_kind == SkipKind.NOT_PROMISED.value else "skipped"
+    return result.outcome
+
+
+def _short_reason(result: CheckResult) -> str:
+    """A skip reason for the table: not-promised ones name only the promises, so one line covers many checks."""
+    if result.skip_kind == SkipKind.NOT_PROMISED.value and " does not promise " in result.message:
+        return "not promised: " + result.message.split(" does not promise ", 1)[1]
+    return result.message
