@@ -44,6 +44,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -265,39 +266,48 @@ class DbosStore:
         self.tenant_id = tenant_id
         self.clock_mode = ClockMode.DATABASE
         self._db = database
-        self._sys = SystemDatabase.create(
-            database.url,
-            dict(database.engine_kwargs),
-            None,
-            database.schema,
-            DBOSPortableJSON,
-            None,
-            use_listen_notify=False,
-            retry_connection_errors=False,
-        )
-        if statement_hook is not None:
-            hook = statement_hook
-
-            def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-                hook(statement)
-
-            sa.event.listen(self._sys.engine, "before_cursor_execute", before)
+        self._hook = statement_hook
+        self._system: SystemDatabase | None = None
         self._queues: dict[int, Queue] = {}
+
+    @property
+    def _sys(self) -> SystemDatabase:
+        """DBOS's SystemDatabase on this store's database, created on first use."""
+        if self._system is None:
+            self._db.materialise(migrated=False)
+            self._system = self._db.system_database()
+            if self._hook is not None:
+                hook = self._hook
+
+                def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+                    hook(statement)
+
+                sa.event.listen(self._system.engine, "before_cursor_execute", before)
+        return self._system
 
     @property
     def migrations(self) -> Sequence[MigrationSpec]:
         return self._db.migrations
 
     def close(self) -> None:
-        self._sys.destroy()
+        if self._system is not None:
+            self._system.destroy()
+            self._system = None
 
     # -- schema -------------------------------------------------------------
     def _versions(self) -> tuple[int, int]:
         if self._db.is_sqlite:
             return dbos_migration.get_sqlite_migration_versions(self._sys.engine)
-        return dbos_migration.get_migration_versions(self._sys.engine, self._db.schema or "dbos", False)
+        return dbos_migration.get_migration_versions(self._sys.engine, self._db.schema, False)
 
     def migrate(self) -> list[str]:
+        """DBOS's ``run_migrations``; the names are those DBOS's recorded version moved past.
+
+        A database materialised from the backend's migrated template (see
+        :meth:`DbosDatabase.materialise`) reports every DBOS migration on its first migrate().
+        """
+        if self._db.materialise(migrated=True):
+            return [f"{m.version:03d}_{m.name}" for m in self._db.migrations]
         before, _ = self._versions()
         self._sys.run_migrations()
         after, _ = self._versions()
@@ -632,7 +642,8 @@ class DbosStore:
 
     def _signals(self, run_id: str, message_uuid: str | None = None) -> list[Signal]:
         n = self._sys.tables.notifications
-        query = sa.select(n).where(n.c.destination_uuid == run_id).order_by(n.c.created_at_epoch_ms, n.c.message_uuid)
+        # DBOS's own order (recv consumes the oldest by created_at_epoch_ms); ties stay as the database returns them.
+        query = sa.select(n).where(n.c.destination_uuid == run_id).order_by(n.c.created_at_epoch_ms)
         if message_uuid is not None:
             query = query.where(n.c.message_uuid == message_uuid)
         with self._sys.engine.connect() as c:
@@ -708,16 +719,54 @@ class _acting_as(AbstractContextManager[None]):
 
 
 class DbosDatabase:
-    """One kit-owned DBOS system database: a SQLite file, or a ``kit_`` schema on PostgreSQL."""
+    """One kit-owned DBOS system database: a SQLite file, or a ``kit_dbos_`` database on PostgreSQL.
 
-    def __init__(self, backend: DbosBackend, url: str, schema: str | None, cleanup: Callable[[], None]) -> None:
-        self.url = url
-        self.schema = schema
-        self.is_sqlite = url.startswith("sqlite")
-        self.engine_kwargs: dict[str, Any] = {} if self.is_sqlite else {"pool_size": 2, "max_overflow": 8}
-        self.migrations: tuple[DbosMigration, ...] = _dbos_migrations(self.is_sqlite, schema)
-        self.label = f"{backend.name} {schema or 'file'}"
-        self._cleanup = cleanup
+    It is created on first use (:meth:`materialise`). DBOS's migrations take
+    about 1.5 s on PostgreSQL, so when the first use is a ``migrate()`` the
+    database is created as a copy of a template DBOS migrated once for the whole
+    backend (``CREATE DATABASE ... TEMPLATE``); any other first use creates it
+    empty, and a later ``migrate()`` runs DBOS's migrations on it for real.
+    """
+
+    def __init__(self, backend: DbosBackend, name: str) -> None:
+        self.backend = backend
+        self.name = name
+        self.is_sqlite = backend.is_sqlite
+        self.schema = "dbos"
+        self.migrations: tuple[DbosMigration, ...] = backend.migrations
+        self.label = f"{backend.name} {name}"
+        self._created = False
+        self._recyclable = False
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return self.backend.url_of(self.name)
+
+    def materialise(self, migrated: bool) -> bool:
+        """Create the database if it does not exist yet; True when this call created it migrated."""
+        with self._lock:
+            if self._created:
+                return False
+            if migrated:
+                self.name = self.backend.migrated_database()
+                self._recyclable = True
+            else:
+                self.backend.create_database(self.name)
+            self._created = True
+            return migrated
+
+    def system_database(self) -> SystemDatabase:
+        return SystemDatabase.create(
+            self.url,
+            dict(self.backend.engine_kwargs),
+            None,
+            None if self.is_sqlite else self.schema,
+            DBOSPortableJSON,
+            None,
+            use_listen_notify=False,
+            retry_connection_errors=False,
+        )
 
     def open(
         self,
@@ -737,19 +786,28 @@ class DbosDatabase:
         raise StorageError("capability kill_session is not declared by the DBOS adapter")
 
     def drop(self) -> None:
-        self._cleanup()
+        with self._lock:
+            if self._created:
+                self.backend.give_back(self.name, self._recyclable)
+                self._created = False
 
 
 class DbosBackend:
-    """DBOS Transact's system database on SQLite (a temporary file) or PostgreSQL (a ``kit_`` schema)."""
+    """DBOS Transact's system database on SQLite (files in a temporary folder) or PostgreSQL
+    (``kit_dbos_`` databases the kit creates on the server and drops)."""
 
     def __init__(self, url: str) -> None:
         _require_dbos()
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.name = "dbos-sqlite" if self.is_sqlite else "dbos-postgres"
+        self.engine_kwargs: dict[str, Any] = {} if self.is_sqlite else {"pool_size": 2, "max_overflow": 8}
+        self.migrations = _dbos_migrations(self.is_sqlite, "dbos")
+        self._prefix = f"kit_dbos_{secrets.token_hex(4)}"
         self._tmp: str | None = None
-        self._pg_database: str | None = None
+        self._template: str | None = None
+        self._template_lock = threading.Lock()
+        self._spare: list[str] = []
         supported = [Capability.DATABASE_CLOCK, Capability.CONCURRENT_CONNECTIONS]
         if not self.is_sqlite:
             supported.append(Capability.SKIP_LOCKED)
@@ -767,61 +825,100 @@ class DbosBackend:
         return f"DBOS Transact {version('dbos')} system database on {'SQLite' if self.is_sqlite else 'PostgreSQL'}"
 
     def provision(self) -> DbosDatabase:
+        return DbosDatabase(self, f"{self._prefix}_{secrets.token_hex(6)}")
+
+    # -- where databases live ---------------------------------------------
+    def url_of(self, name: str) -> str:
         if self.is_sqlite:
             if self._tmp is None:
                 self._tmp = tempfile.mkdtemp(prefix="kit_dbos_")
-            path = os.path.join(self._tmp, f"kit_{secrets.token_hex(6)}.sqlite")
+            return f"sqlite:///{os.path.join(self._tmp, name + '.sqlite')}"
+        rendered: str = sa.make_url(self.url).set(database=name).render_as_string(hide_password=False)
+        return rendered
 
-            def remove() -> None:
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    if os.path.exists(path + suffix):
-                        os.remove(path + suffix)
+    def create_database(self, name: str, template: str | None = None) -> None:
+        """An empty database, or a copy of ``template``."""
+        if self.is_sqlite:
+            if template is not None:
+                shutil.copyfile(self._path(template), self._path(name))
+            return
+        clause = f' TEMPLATE "{template}"' if template is not None else ""
+        self._admin(f'CREATE DATABASE "{name}"{clause}')
 
-            return DbosDatabase(self, f"sqlite:///{path}", None, remove)
-        url = self._pg_url()
-        schema = f"kit_{secrets.token_hex(6)}"
+    def _path(self, name: str) -> str:
+        return sa.make_url(self.url_of(name)).database or ""
 
-        def drop_schema() -> None:
-            engine = sa.create_engine(url)
-            try:
-                with engine.begin() as c:
-                    c.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-            finally:
-                engine.dispose()
+    def migrated_database(self) -> str:
+        """A database DBOS has migrated: an emptied one given back earlier, else a copy of the template."""
+        with self._template_lock:
+            if self._spare:
+                return self._spare.pop()
+        name = f"{self._prefix}_{secrets.token_hex(6)}"
+        self.create_database(name, self._migrated_template())
+        return name
 
-        return DbosDatabase(self, url, schema, drop_schema)
+    def give_back(self, name: str, migrated: bool) -> None:
+        """Drop a database, or keep a migrated one for the next check after DBOS empties it.
 
-    def _pg_url(self) -> str:
-        """The kit-created throw-away database every provisioned schema lives in."""
+        ``reset_system_database(truncate=True)`` is DBOS's own reset: it ends the
+        sessions left on the database and empties every DBOS table but the migration version.
+        """
+        if migrated:
+            SystemDatabase.reset_system_database(self.url_of(name), truncate=True, schema="dbos")
+            with self._template_lock:
+                self._spare.append(name)
+            return
+        self.drop_database(name)
+
+    def drop_database(self, name: str) -> None:
+        if self.is_sqlite:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                if os.path.exists(self._path(name) + suffix):
+                    os.remove(self._path(name) + suffix)
+            return
+        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _migrated_template(self) -> str:
+        """The backend's template database, created and migrated by DBOS on first need."""
+        with self._template_lock:
+            if self._template is None:
+                name = f"{self._prefix}_template"
+                self.create_database(name)
+                system = DbosDatabase(self, name)
+                system._created = True
+                sys_db = system.system_database()
+                try:
+                    sys_db.run_migrations()
+                finally:
+                    sys_db.destroy()
+                self._template = name
+            return self._template
+
+    def _admin(self, statement: str) -> None:
         base = sa.make_url(self.url)
-        if self._pg_database is None:
-            name = f"kit_dbos_{secrets.token_hex(6)}"
-            admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-            try:
-                with admin.connect() as c:
-                    c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-            except sa.exc.OperationalError as exc:
-                raise BackendUnavailable(
-                    self.name, f"PostgreSQL at {base.render_as_string(hide_password=True)} is not reachable "
-                    f"({str(exc.orig).splitlines()[0]})", "start it or pass --url postgresql+psycopg://..."
-                ) from None
-            finally:
-                admin.dispose()
-            self._pg_database = name
-        return base.set(database=self._pg_database).render_as_string(hide_password=False)
+        admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+        try:
+            with admin.connect() as c:
+                c.execute(sa.text(statement))
+        except sa.exc.OperationalError as exc:
+            raise BackendUnavailable(
+                self.name,
+                f"PostgreSQL at {base.render_as_string(hide_password=True)} refused {statement.split(' ', 2)[:2]} "
+                f"({str(exc.orig).splitlines()[0]})",
+                "start it or pass --url postgresql+psycopg://user@host:port/postgres",
+            ) from None
+        finally:
+            admin.dispose()
 
     def close(self) -> None:
+        while self._spare:
+            self.drop_database(self._spare.pop())
+        if self._template is not None:
+            self.drop_database(self._template)
+            self._template = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-        if self._pg_database is not None:
-            admin = sa.create_engine(sa.make_url(self.url), isolation_level="AUTOCOMMIT")
-            try:
-                with admin.connect() as c:
-                    c.execute(sa.text(f'DROP DATABASE IF EXISTS "{self._pg_database}" WITH (FORCE)'))
-            finally:
-                admin.dispose()
-            self._pg_database = None
 
 
 def _sqlite_subsec() -> bool:
@@ -843,7 +940,7 @@ def sqlite_backend(url: str | None = None) -> Backend:
 
 
 def postgres_backend(url: str | None = None) -> Backend:
-    """DBOS on PostgreSQL: one kit-created database, one ``kit_`` schema per provisioned database."""
+    """DBOS on PostgreSQL: each provisioned database is a ``kit_dbos_`` database the kit creates and drops."""
     chosen = url or os.environ.get("KIT_POSTGRES_URL") or _PG_URL
     if not chosen.startswith("postgresql"):
         raise ConfigurationError("postgres_backend takes a postgresql+psycopg:// URL")
