@@ -625,20 +625,25 @@ class DbosStore:
         check_json("payload", payload)
         check_text("dedup_key", dedup_key, MAX_KEY)
         message_uuid = f"{dedup_key}::{run_id}"  # DBOS's own per-destination idempotency id
-        existed = self._signal(run_id, message_uuid) is not None
+        message = SendMessage(destination_id=run_id, message=payload, topic=name, idempotency_key=dedup_key)
         try:
-            self._sys.send_bulk(
-                [SendMessage(destination_id=run_id, message=payload, topic=name, idempotency_key=dedup_key)],
-                serialization_type=None,
-                workflow_id=None,
-                function_id=None,
-                function_name="DBOS.send",
-                send_to_forks=False,
-            )
+            with self._sys.engine.begin() as c:
+                self._sys.send_bulk_with_connection(
+                    [message], c, serialization_type=None, function_name="DBOS.send", send_to_forks=False
+                )
+                created = bool(c.execute(self._inserted_by_this_transaction(), {"m": message_uuid}).scalar())
         except DBOSNonExistentWorkflowError:
             return SignalReceipt(Outcome.NOT_FOUND)
-        signal = self._signal(run_id, message_uuid)
-        return SignalReceipt(Outcome.DUPLICATE if existed else Outcome.COMMITTED, signal)
+        return SignalReceipt(Outcome.COMMITTED if created else Outcome.DUPLICATE, self._signal(run_id, message_uuid))
+
+    def _inserted_by_this_transaction(self) -> Any:
+        """Whether DBOS's INSERT ... ON CONFLICT DO NOTHING just stored the message (DBOS's
+        send returns nothing): SQLite's ``changes()``, PostgreSQL's ``xmin`` of the row."""
+        if self._db.is_sqlite:
+            return sa.text("SELECT changes()")
+        return sa.text(
+            f'SELECT xmin = pg_current_xact_id()::xid FROM "{self._db.schema}".notifications WHERE message_uuid = :m'
+        )
 
     def _signals(self, run_id: str, message_uuid: str | None = None) -> list[Signal]:
         n = self._sys.tables.notifications
