@@ -54,9 +54,9 @@ from kit.reference.store import MemoryStore
 
 __all__ = [
     "Withheld",
-    "from_env",
     "WithholdingBackend",
     "WrongToken",
+    "from_env",
     "no_leases",
     "no_test_clock",
     "no_timers",
@@ -173,8 +173,15 @@ class WithholdingStore:
     def start_run(self, run_id: str, definition: DefinitionRef, input: JSON = None,
                   idempotency_key: str | None = None) -> StartResult:
         if Promise.DEFINITIONS in self._withheld:  # no definitions kept: any reference is taken as given
-            self._inner.ensure_definition(definition.name, definition.version, definition.digest, b"")
+            self._take_as_given(definition)
         return self._inner.start_run(run_id, definition, input, idempotency_key)
+
+    def _take_as_given(self, ref: DefinitionRef) -> None:
+        """Record ``ref`` in the engine's table as it is (the engine refuses runs of unknown definitions)."""
+        with self._inner._unit() as tables:
+            key = (self._inner.tenant_id, ref.name, ref.version)
+            if key not in tables.definitions:
+                tables.definitions[key] = Definition(ref.name, ref.version, ref.digest, b"", self._inner.now())
 
     def get_run(self, run_id: str) -> Run | None:
         return self._inner.get_run(run_id)

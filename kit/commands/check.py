@@ -97,10 +97,16 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         console.print(f"[bold red]collection error:[/] {escape(error)}")
     by_area: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, set[str]] = defaultdict(set)
+    unpromised: dict[str, set[str]] = defaultdict(set)
+    undeclared: dict[str, set[str]] = defaultdict(set)
     for r in run.results:
         by_area[r.area][_column_of(r)] += 1
-        if r.outcome in ("skipped", "xfailed"):
-            reasons[r.area].add(_short_reason(r))
+        if _column_of(r) == "not promised":
+            unpromised[r.area].update(_promises_named(r))
+        elif r.skip_kind == SkipKind.UNSUPPORTED.value and _UNDECLARED in r.message:
+            undeclared[r.area].update(n.strip() for n in r.message.split(_UNDECLARED, 1)[1].split(","))
+        elif r.outcome in ("skipped", "xfailed"):
+            reasons[r.area].add(r.message)
     table = Table(title=f"{run.backend}: {len(run.results)} checks in {run.duration_s:.1f} s")
     counted = ("passed", "failed", "not promised", "skipped")
     for column in ("area", *counted, "why skipped"):
@@ -109,7 +115,7 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         c = by_area[area]
         table.add_row(
             area, str(c["passed"]), f"[red]{c['failed']}[/]" if c["failed"] else "0", str(c["not promised"]),
-            str(c["skipped"]), escape("; ".join(sorted(reasons[area]))[:120]),
+            str(c["skipped"]), escape(_why(unpromised[area], undeclared[area], reasons[area])[:160]),
         )
     console.print(table)
     url = f" --url '{redact(args.url)}'" if getattr(args, "url", None) else ""
@@ -136,8 +142,19 @@ def _column_of(result: CheckResult) -> str:
     return result.outcome
 
 
-def _short_reason(result: CheckResult) -> str:
-    """A skip reason for the table: not-promised ones name only the promises, so one line covers many checks."""
-    if result.skip_kind == SkipKind.NOT_PROMISED.value and " does not promise " in result.message:
-        return "not promised: " + result.message.split(" does not promise ", 1)[1]
-    return result.message
+def _promises_named(result: CheckResult) -> list[str]:
+    """The promises a not-promised skip names."""
+    from kit.report.model import not_promised_of
+
+    return [p.strip() for p in not_promised_of({"message": result.message}).replace(" or ", ", ").split(",")]
+
+
+_UNDECLARED = " does not declare "
+
+
+def _why(unpromised: set[str], undeclared: set[str], reasons: set[str]) -> str:
+    """The table's reason column: the promises not made and the capabilities not declared (one entry each
+    for many checks), then the other reasons."""
+    parts = [f"not promised: {', '.join(sorted(unpromised))}"] if unpromised else []
+    parts += [f"unsupported: {', '.join(sorted(undeclared))}"] if undeclared else []
+    return "; ".join(parts + sorted(reasons))

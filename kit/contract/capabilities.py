@@ -45,12 +45,12 @@ class Capability(str, enum.Enum):
     in them run on it when the store has no test clock."""
 
     TENANCY = "tenancy"
-    """Same as :attr:`Promise.TENANCY`; kept so adapters written before promises
-    existed declare it unchanged (declaring either declares both)."""
+    """Same as :attr:`Promise.TENANCY`, which it follows; kept so adapters written
+    before promises existed declare it unchanged."""
 
     UNIT_OF_WORK = "unit_of_work"
-    """Same as :attr:`Promise.UNIT_OF_WORK`; kept so adapters written before
-    promises existed declare it unchanged (declaring either declares both)."""
+    """Same as :attr:`Promise.UNIT_OF_WORK`, which it follows; kept so adapters
+    written before promises existed declare it unchanged."""
 
     KILL_SESSION = "kill_session"
     """The kit can end a store's server session from another connection to
@@ -171,18 +171,12 @@ class Capabilities:
         """Declare capabilities and promises.
 
         ``promises`` lists every family the store makes; leave it out to promise
-        them all (but ``tenancy`` and ``unit_of_work`` only when declared as
-        capabilities too, as adapters did before promises existed). ``withhold``
-        then removes families. Declaring ``Promise.TENANCY`` or
-        ``Promise.UNIT_OF_WORK`` declares the capability of that name as well.
+        them all. ``withhold`` then removes families. ``Capability.TENANCY`` and
+        ``Capability.UNIT_OF_WORK`` follow ``Promise.TENANCY`` and
+        ``Promise.UNIT_OF_WORK`` (declared when promised, dropped when withheld).
         """
-        supported = frozenset(capabilities)
-        if promises is None:
-            made = frozenset(p for p in Promise if p not in _TWINS or _TWINS[p] in supported)
-        else:
-            made = frozenset(promises)
-            supported |= {_TWINS[p] for p in made if p in _TWINS}
-        made -= frozenset(withhold)
+        made = (ALL_PROMISES if promises is None else frozenset(promises)) - frozenset(withhold)
+        supported = frozenset(capabilities) | {c for p, c in _TWINS.items() if p in made}
         supported -= {c for p, c in _TWINS.items() if p not in made}
         return cls(supported, clock_resolution_us, dict(expected_failures or {}), made)
 
