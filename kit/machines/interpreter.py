@@ -40,7 +40,7 @@ from kit.machines.steps import describe
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
-__all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "operation"]
+__all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "operation", "verify_schema"]
 
 RACE_TIMEOUT_S = 60.0
 PARK_S = 30.0
@@ -509,19 +509,7 @@ class Interpreter:
 
     # -- schema and units of work ---------------------------------------------
     def _do_verify_schema(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
-        def verify(side: Side) -> Any:
-            migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
-            if step.get("tamper"):  # the last applied file changes after applying: its checksum differs
-                last = migrations[-1]
-                migrations[-1] = Migration(last.version, last.name, last.sql + "\n-- changed after applying\n")
-            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
-            try:
-                store.verify_schema()
-                return "schema verified"
-            finally:
-                store.close()
-
-        return self._both(index, step, verify)
+        return self._both(index, step, lambda side: verify_schema(side, bool(step.get("tamper"))))
 
     def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
         """A unit of work whose inner block fails while the outer swallows it must roll back whole."""
@@ -598,6 +586,20 @@ def deadlines(side: Side, target: str, only_run: str | None = None) -> list[date
                     elif c.status.value == "pending":
                         found.append(c.not_before)
     return found
+
+
+def verify_schema(side: Side, tamper: bool) -> str:
+    """``verify_schema()`` on ``side``'s database, against its migrations or (``tamper``) a changed last file."""
+    migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
+    if tamper:  # the last applied file changes after applying: its checksum differs
+        last = migrations[-1]
+        migrations[-1] = Migration(last.version, last.name, last.sql + "\n-- changed after applying\n")
+    store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=side.clock, migrations=migrations)
+    try:
+        store.verify_schema()
+        return "schema verified"
+    finally:
+        store.close()
 
 
 class _InnerFailure(Exception):

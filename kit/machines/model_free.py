@@ -29,7 +29,7 @@ from kit.contract import (
     StorageError,
 )
 from kit.inspect import observable_state
-from kit.machines.interpreter import RACE_TIMEOUT_S, Divergence, StepRecord, deadlines, operation
+from kit.machines.interpreter import RACE_TIMEOUT_S, Divergence, StepRecord, deadlines, operation, verify_schema
 from kit.machines.model_free_checks import Call, Ledger, World, judge
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side
@@ -53,7 +53,9 @@ MACHINES = ("auto", REFERENCE, MODEL_FREE)
 #: The workflow promise families whose steps the model-free machine can leave out. A store that
 #: declares no promises is taken to make them all; capabilities (``test_clock``, ``statement_faults``,
 #: ``kill_session``, ``concurrent_connections``, ``tenancy``...) are families by their value too.
-WORKFLOW_PROMISES = ("leases", "fencing", "revisions", "commands", "signals", "timers", "cancel")
+WORKFLOW_PROMISES = (
+    "leases", "fencing", "revisions", "wakeup", "commands", "signals", "timers", "cancel", "definitions", "schema",
+)
 
 _SINGLE = ("define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
            "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page")
@@ -110,10 +112,14 @@ class ModelFreeInterpreter:
     backend: Backend
     narrate: Callable[[str], None] | None = None
     database: Any = None
+    families: frozenset[str] | None = None
+    """The promise families judged (default: all the store declares; see :func:`step_families`)."""
     records: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.capabilities = self.backend.capabilities
+        self.promised = self.families if self.families is not None else step_families(self.backend)
+        self._definitions: set[str] = set()
         self._owns_database = self.database is None
         self.test_clock = Capability.TEST_CLOCK in self.capabilities
         clock = ClockMode.TEST if self.test_clock else ClockMode.DATABASE
@@ -160,13 +166,18 @@ class ModelFreeInterpreter:
             after = self._read()
         except KitError as exc:
             raise Divergence(index, step, "state", f"reading the store's state failed: {exc!r}") from exc
-        self._found += judge(self._calls, self._world, after, self.ledger)
+        self._found += judge(self._calls, self._world, after, self.ledger, self.promised)
         self._world, self._calls = after, []
 
     def _read(self) -> World:
         now = self.now()
-        state = {tenant: observable_state(self.adapter.observer(tenant)) for tenant in self.adapter.tenants()}
-        return World(state, now)
+        state, definitions = {}, {}
+        for tenant in self.adapter.tenants():
+            store = self.adapter.observer(tenant)
+            state[tenant] = observable_state(store)
+            found = {name: store.get_definition(name, "1") for name in sorted(self._definitions)}
+            definitions[tenant] = {name: None if d is None else d.digest for name, d in found.items()}
+        return World(state, now, definitions)
 
     def _call(self, fn: Callable[[Side], Any], index: int, step: dict[str, Any]) -> Any:
         try:
@@ -199,7 +210,14 @@ class ModelFreeInterpreter:
         return raw
 
     def _single(self, index: int, step: dict[str, Any]) -> Any:
+        if step["op"] == "define":
+            self._definitions.add(step["name"])
         return normalize(self._run_one(index, step, step))
+
+    def _do_verify_schema(self, index: int, step: dict[str, Any]) -> Any:
+        raw = self._call(lambda side: verify_schema(side, bool(step.get("tamper"))), index, step)
+        self._calls.append(Call(step, self._tenant(step), None, raw))
+        return normalize(raw)
 
     # -- time ---------------------------------------------------------------
     def _do_advance(self, index: int, step: dict[str, Any]) -> Any:

@@ -191,6 +191,17 @@ class _ModelFreeMachine(RuleBasedStateMachine):
                     "status": "blocked", "events": [{"kind": "step", "payload": 1}],
                     "commands": [{"key": "c0", "max_attempts": 2}], "timers": [{"key": "t0", "delay_ms": delay}]}})
 
+    @precondition(lambda self: self.can("definitions"))
+    @rule(w=workers, body=st.sampled_from(("v1", "v1", "v2")))
+    def define(self, w: str, body: str) -> None:
+        """A definition ensured again, sometimes with another body: the first one stays."""
+        self.step({"op": "define", "worker": w, "name": "wf", "body": body})
+
+    @precondition(lambda self: self.can("schema"))
+    @rule(tamper=st.booleans())
+    def verify_schema(self, tamper: bool) -> None:
+        self.step({"op": "verify_schema", "tamper": tamper})
+
     @rule(w=workers, run=runs, idem=st.sampled_from(IDEMS), payload=small_json)
     def start(self, w: str, run: str, idem: str | None, payload: Any) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
