@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
+    parser.add_argument("--machine", choices=("auto", "reference", "model-free"), default="auto",
+                        help="fault machine: auto (default: reference for a store that promises the whole contract, "
+                             "else model-free), reference (every step compared with the reference engine), "
+                             "model-free (only the invariants, on the store's own state)")
     parser.add_argument("--seed", type=int, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     parser.add_argument("--seeds-dir", default="scenarios/seeds", help="where failing scenarios are saved")
     parser.add_argument("--report-dir", default=os.environ.get("KIT_REPORT_DIR") or "reports",
@@ -57,7 +61,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
     try:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
-        console.print(f"seed {args.seed}, machine profile {args.profile} (repeat with --seed {args.seed})")
+        from kit.machines.model_free import choose_machine
+
+        machine = choose_machine(backend, getattr(args, "machine", "auto"))
+        console.print(f"seed {args.seed}, {machine} fault machine, profile {args.profile} (repeat with --seed {args.seed})")
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True, disable=args.no_progress,
@@ -86,7 +93,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
 
 def _extra_args(args: argparse.Namespace) -> list[str]:
     return ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
-            "--kit-backend", args.backend]
+            "--kit-backend", args.backend, "--kit-machine", getattr(args, "machine", "auto")]
 
 
 def print_summary(console: Console, run: object, args: argparse.Namespace) -> None:

@@ -24,8 +24,9 @@ def run(console: Console, args: argparse.Namespace) -> int:
     bundle = load_bundle(args.bundle)
     spec = args.backend or bundle["backend"]
     backend = resolve(spec, args.url)
+    machine = str(bundle.get("machine", "reference"))
     console.print(
-        f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded on "
+        f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded by the {escape(machine)} machine on "
         f"{escape(str(bundle['backend']))} (seed {bundle.get('seed')}), now on {escape(spec)} "
         f"({escape(backend.describe())})",
         soft_wrap=True,
@@ -42,5 +43,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
             and result.divergence.get("kind") == recorded.get("kind")
         console.print("[bold red]reproduced[/]" + (" the recorded divergence" if same else " a divergence"))
         return 1
-    console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
+    if machine == "model-free":
+        console.print("[bold green]no divergence[/]: every invariant held after every step")
+    else:
+        console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
     return 0
