@@ -266,6 +266,7 @@ class DbosStore:
         self.tenant_id = tenant_id
         self.clock_mode = ClockMode.DATABASE
         self._db = database
+        # Not installed: the adapter does not declare statement_faults (its stores share one engine).
         self._hook = statement_hook
         self._system: SystemDatabase | None = None
         self._queues: dict[int, Queue] = {}
@@ -276,13 +277,6 @@ class DbosStore:
         if self._system is None:
             self._db.materialise(migrated=False)
             self._system = self._db.system_database()
-            if self._hook is not None:
-                hook = self._hook
-
-                def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-                    hook(statement)
-
-                sa.event.listen(self._system.engine, "before_cursor_execute", before)
         return self._system
 
     @property
@@ -411,7 +405,8 @@ class DbosStore:
 
     def _run(self, row: Any) -> Run:
         run_id = row["workflow_uuid"]
-        result = self._sys._read_workflow_result_row(run_id)
+        # DBOS writes output and error only with a terminal status: read them only then.
+        result = self._sys._read_workflow_result_row(run_id) if _STATUS[row["status"]].terminal else None
         output = error = None
         if result is not None:
             output = _unjson(result[1], result[3])
@@ -742,6 +737,7 @@ class DbosDatabase:
         self.label = f"{backend.name} {name}"
         self._created = False
         self._recyclable = False
+        self._primary: SystemDatabase | None = None
         self._lock = threading.Lock()
 
     @property
@@ -762,16 +758,30 @@ class DbosDatabase:
             return migrated
 
     def system_database(self) -> SystemDatabase:
+        """A DBOS SystemDatabase on this database, sharing one engine (DBOS's own, with its
+        connection settings) among all the stores opened here, as one DBOS process does."""
+        with self._lock:
+            if self._primary is None:
+                self._primary = self._create()
+            engine = self._primary.engine
+        return self._create(engine)
+
+    def _create(self, engine: Any = None) -> SystemDatabase:
         return SystemDatabase.create(
             self.url,
             dict(self.backend.engine_kwargs),
-            None,
+            engine,
             None if self.is_sqlite else self.schema,
             DBOSPortableJSON,
             None,
             use_listen_notify=False,
             retry_connection_errors=False,
         )
+
+    def _dispose(self) -> None:
+        if self._primary is not None:
+            self._primary.destroy()
+            self._primary = None
 
     def open(
         self,
@@ -790,8 +800,17 @@ class DbosDatabase:
     def kill_session(self, store: Any) -> None:
         raise StorageError("capability kill_session is not declared by the DBOS adapter")
 
+    def reset(self) -> None:
+        """Empty every DBOS table (DBOS's own ``reset_system_database(truncate=True)``), keeping
+        the migrated schema, so the fault machines reuse one database across examples."""
+        with self._lock:
+            if self._created:
+                self._dispose()
+                SystemDatabase.reset_system_database(self.url, truncate=True, schema=self.schema)
+
     def drop(self) -> None:
         with self._lock:
+            self._dispose()
             if self._created:
                 self.backend.give_back(self.name, self._recyclable)
                 self._created = False
@@ -891,7 +910,7 @@ class DbosBackend:
                 self.create_database(name)
                 system = DbosDatabase(self, name)
                 system._created = True
-                sys_db = system.system_database()
+                sys_db = system._create()
                 try:
                     sys_db.run_migrations()
                 finally:
