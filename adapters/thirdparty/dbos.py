@@ -242,6 +242,7 @@ class DbosBackend:
         supported = [Capability.DATABASE_CLOCK, Capability.CONCURRENT_CONNECTIONS]
         if not self.is_sqlite:
             supported.append(Capability.SKIP_LOCKED)
+            self._admin("SELECT 1")  # not reachable: BackendUnavailable now, not mid-check
         self.capabilities = Capabilities.of(
             *supported,
             # DBOS's clock is epoch milliseconds; on SQLite before Python 3.12 it reads whole seconds.
