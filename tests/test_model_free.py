@@ -14,7 +14,13 @@ from kit.cli import main as kit_main
 from kit.contract import Backend, Capabilities, Capability
 from kit.machines.bundle import load_bundle, make_bundle, replay, save_bundle
 from kit.machines.machine import Profile
-from kit.machines.model_free import MODEL_FREE, REFERENCE, WORKFLOW_PROMISES, choose_machine, step_families
+from kit.machines.model_free import (
+    MODEL_FREE,
+    REFERENCE,
+    WORKFLOW_PROMISES,
+    choose_machine,
+    step_families,
+)
 from kit.machines.model_free_machine import run_model_free
 from kit.pytest_plugin import use_backend
 from kit.reference import MemoryBackend

@@ -29,7 +29,15 @@ from kit.contract import (
     StorageError,
 )
 from kit.inspect import observable_state
-from kit.machines.interpreter import RACE_TIMEOUT_S, Divergence, StepRecord, deadlines, operation, verify_schema
+from kit.machines.interpreter import (
+    RACE_TIMEOUT_S,
+    Divergence,
+    StepRecord,
+    deadlines,
+    inner_failure_unit,
+    operation,
+    verify_schema,
+)
 from kit.machines.model_free_checks import Call, Ledger, World, judge
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side
@@ -216,6 +224,14 @@ class ModelFreeInterpreter:
 
     def _do_verify_schema(self, index: int, step: dict[str, Any]) -> Any:
         raw = self._call(lambda side: verify_schema(side, bool(step.get("tamper"))), index, step)
+        self._calls.append(Call(step, self._tenant(step), None, raw))
+        return normalize(raw)
+
+    def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> Any:
+        """A unit of work whose inner block fails while the outer swallows it: it must leave nothing."""
+        if Capability.UNIT_OF_WORK not in self.capabilities:
+            return "skipped: no unit_of_work"
+        raw = self._call(lambda side: inner_failure_unit(side, step["worker"], step["run"], step.get("input")), index, step)
         self._calls.append(Call(step, self._tenant(step), None, raw))
         return normalize(raw)
 

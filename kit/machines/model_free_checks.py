@@ -188,6 +188,9 @@ def judge(calls: list[Call], before: World, after: World, ledger: Ledger, promis
             found.append(f"command {call.step['key']!r} of run {call.step['run']!r}: a second completion was accepted "
                          "(a completion is applied once; invariant 5)")
     found += _revisions(calls, before, after)
+    if any(call.op == "uow_inner_failure" for call in calls) and before.state != after.state:
+        found.append("a unit of work whose inner block failed changed the state: the whole unit rolls back "
+                     "(unit of work)")
     if len(calls) == 1 and calls[0].refused and calls[0].op in _REFUSABLE and before.state != after.state:
         found.append(f"the store refused the {calls[0].op} ({_answer(calls[0].raw)}) but the state changed "
                      "(nothing rejected is present; invariant 7)")
@@ -219,16 +222,16 @@ def _run_fence(call: Call, before: World) -> list[str]:
         return [f"{what} was accepted for a run that did not exist (invariant 3)"]
     r = run["run"]
     if r["status"] != "running" or r["claim_owner"] != claim.worker_id or r["claim_generation"] != claim.generation:
-        return [f"{what} was accepted although the run was {_plain(r['status'])} with claim {r['claim_owner']!r} generation "
-                f"{r['claim_generation']}: a superseded claim had an effect (no stale effect; invariant 3)"]
+        return [(f"{what} was accepted although the run was {_plain(r['status'])} with claim {r['claim_owner']!r} generation "
+                f"{r['claim_generation']}: a superseded claim had an effect (no stale effect; invariant 3)")]
     if r["claim_expires_at"] is not None and r["claim_expires_at"] <= before.now:
-        return [f"{what} was accepted although its lease expired at {r['claim_expires_at'].isoformat()} "
-                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)"]
+        return [(f"{what} was accepted although its lease expired at {r['claim_expires_at'].isoformat()} "
+                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
     if call.op == "commit":
         expected = claim.revision + {"claim": 0, "stale": -1, "ahead": 1}[call.step.get("revision", "claim")]
         if expected != r["revision"]:
-            return [f"{what} was accepted at expected revision {expected} while the run was at revision "
-                    f"{r['revision']} (a decision on another revision; invariant 3)"]
+            return [(f"{what} was accepted at expected revision {expected} while the run was at revision "
+                    f"{r['revision']} (a decision on another revision; invariant 3)")]
     return []
 
 
@@ -243,12 +246,12 @@ def _command_fence(call: Call, before: World) -> list[str]:
         return [f"{what} was accepted for a command that did not exist (invariant 3)"]
     if (command["status"] != "claimed" or command["claim_owner"] != claim.worker_id
             or command["claim_generation"] != claim.generation):
-        return [f"{what} was accepted although the command was {_plain(command['status'])} with claim "
+        return [(f"{what} was accepted although the command was {_plain(command['status'])} with claim "
                 f"{command['claim_owner']!r} generation {command['claim_generation']} (no stale effect; duplicates "
-                "applied once; invariant 3)"]
+                "applied once; invariant 3)")]
     if not _live(command["claim_expires_at"], before.now):
-        return [f"{what} was accepted although its lease expired at {command['claim_expires_at'].isoformat()} "
-                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)"]
+        return [(f"{what} was accepted although its lease expired at {command['claim_expires_at'].isoformat()} "
+                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
     return []
 
 
@@ -290,10 +293,10 @@ def _claims(calls: list[Call], before: World, after: World) -> list[str]:
             if claim.generation <= held["claim_generation"]:
                 found.append(f"{call.step['worker']}'s new claim on {what} has generation {claim.generation}, not above "
                              f"the previous {held['claim_generation']}: generations only grow (invariant 4)")
-    for (tenant, run, key), count in sorted(granted.items()):
+    for (tenant, run, operation_key), count in sorted(granted.items()):
         if count > 1:
-            what = f"command {key!r} of run {_name(run)}" if key else f"run {_name(run)}"
-            found.append(f"{what} (tenant {tenant}) was granted {count} times in one step: two live claims (invariant 4)")
+            item = f"command {operation_key!r} of run {_name(run)}" if operation_key else f"run {_name(run)}"
+            found.append(f"{item} (tenant {tenant}) was granted {count} times in one step: two live claims (invariant 4)")
     return found
 
 
@@ -353,8 +356,8 @@ def _no_lost_wakeup(call: Call, after: World, ledger: Ledger) -> list[str]:
     state = after.run(call.tenant, claim.run_id)
     if (call.step["decision"].get("status") == "blocked" and state is not None and state["run"]["status"] == "blocked"
             and (call.tenant, claim.run_id, claim.generation) in ledger.arrivals):
-        return [f"run {_name(claim.run_id)}: input arrived while generation {claim.generation} ran it, and that "
-                "claim's decision to block left it blocked: a lost wake-up (blocked state wakes on input)"]
+        return [(f"run {_name(claim.run_id)}: input arrived while generation {claim.generation} ran it, and that "
+                "claim's decision to block left it blocked: a lost wake-up (blocked state wakes on input)")]
     return []
 
 
@@ -364,19 +367,19 @@ def _answer_matches_request(call: Call) -> list[str]:
     raw, step = call.raw, call.step
     if isinstance(raw, StartResult) and raw.run.run_id != step["run"] and (
             raw.created or step.get("idem") is None or raw.run.idempotency_key != step["idem"]):
-        return [f"starting run {_name(step['run'])} (idempotency key {step.get('idem')!r}) answered run "
-                f"{_name(raw.run.run_id)} with key {raw.run.idempotency_key!r} (keys are byte-exact; invariant 6)"]
+        return [(f"starting run {_name(step['run'])} (idempotency key {step.get('idem')!r}) answered run "
+                f"{_name(raw.run.run_id)} with key {raw.run.idempotency_key!r} (keys are byte-exact; invariant 6)")]
     if isinstance(raw, SignalReceipt) and raw.signal is not None and raw.signal.dedup_key != step["key"]:
-        return [f"signal {step['key']!r} to run {_name(step['run'])} answered the signal with key "
-                f"{raw.signal.dedup_key!r} (dedup keys are byte-exact; invariant 6)"]
+        return [(f"signal {step['key']!r} to run {_name(step['run'])} answered the signal with key "
+                f"{raw.signal.dedup_key!r} (dedup keys are byte-exact; invariant 6)")]
     if call.op == "verify_schema" and (raw == "schema verified") == bool(step.get("tamper")):
         return ["verify_schema() passed a migration changed after it was applied" if step.get("tamper") else
                 f"verify_schema() failed on the migrations it applied itself ({_answer(raw)})"]
     if call.op == "list_page" and isinstance(raw, list):
         ids = [str(r) for r in raw]
         if step.get("after") is not None and step["after"] in ids or len(ids) != len(set(ids)):
-            return [f"listing runs after {_name(step.get('after'))} answered {[_name(i) for i in ids]}: a page "
-                    "holds each run once and only runs after the cursor"]
+            return [(f"listing runs after {_name(step.get('after'))} answered {[_name(i) for i in ids]}: a page "
+                    "holds each run once and only runs after the cursor")]
     return []
 
 
@@ -396,8 +399,8 @@ def _snapshot_is_the_waiting_input(call: Call, before: World) -> list[str]:
     got = (sorted(s.dedup_key for s in raw.signals), sorted(c.operation_key for c in raw.command_results),
            sorted(t.operation_key for t in raw.timers))
     if got != want:
-        return [f"the snapshot of run {_name(raw.run.run_id)} holds signals/results/timers {got}, but the store "
-                f"shows {want} waiting (invariant 7)"]
+        return [(f"the snapshot of run {_name(raw.run.run_id)} holds signals/results/timers {got}, but the store "
+                f"shows {want} waiting (invariant 7)")]
     return []
 
 

@@ -18,7 +18,13 @@ from typing import Any, ClassVar
 
 from hypothesis import seed
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kit.contract import Backend
 from kit.machines.interpreter import Divergence
@@ -202,6 +208,13 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def verify_schema(self, tamper: bool) -> None:
         self.step({"op": "verify_schema", "tamper": tamper})
 
+    @precondition(lambda self: self.can("unit_of_work"))
+    @rule(w=workers, run=runs)
+    def uow_inner_failure(self, w: str, run: str) -> None:
+        """A unit of work starts a run and signals it in an inner block that fails: nothing may remain."""
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "uow_inner_failure", "worker": w, "run": run})
+
     @rule(w=workers, run=runs, idem=st.sampled_from(IDEMS), payload=small_json)
     def start(self, w: str, run: str, idem: str | None, payload: Any) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
@@ -350,6 +363,46 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         if offset is not None and self.can("test_clock"):
             self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": offset})
         self.step({"op": "fire_timers", "worker": w, "limit": limit})
+
+    @precondition(lambda self: self.can("timers", "test_clock"))
+    @rule(w=st.sampled_from(TENANT_A), delay=st.sampled_from((1, 2, 500, 30_000)), key=st.sampled_from(TIMER_KEYS),
+          firer=workers, limit=st.sampled_from((1, 10)))
+    def timer_boundary(self, w: str, delay: int, key: str, firer: str, limit: int) -> None:
+        """Schedule a timer, then fire one microsecond before it is due and exactly when it is."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if mine:
+            self.step({"op": "commit", "worker": w, "run": mine[0],
+                       "decision": {"status": "blocked", "timers": [{"key": key, "delay_ms": delay}]}})
+        self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": -1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+        self.step({"op": "advance", "us": 1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+
+    @precondition(lambda self: self.can("wakeup", "signals"))
+    @rule(w=st.sampled_from(TENANT_A), sender=workers, key=st.sampled_from(SIGNAL_KEYS), payload=small_json,
+          loaded=st.booleans())
+    def input_during_decision(self, w: str, sender: str, key: str, payload: Any, loaded: bool) -> None:
+        """A signal lands while a decider holds the run (before or after it loads); the decider then blocks:
+        the run must wake, not sleep on the signal."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if not mine:
+            return
+        if loaded:
+            self.step({"op": "load", "worker": w, "run": mine[0]})
+        self.step({"op": "signal", "worker": sender, "run": mine[0], "key": key, "payload": payload})
+        self.step({"op": "commit", "worker": w, "run": mine[0], "decision": {"status": "blocked", "consume": False}})
+
+    @precondition(lambda self: self.can("commands", "leases", "test_clock"))
+    @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
+          op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
+    def command_boundary(self, w: str, offset: int, op: str, result: Any) -> None:
+        """A worker acts on its command one microsecond before, at, or just after its lease expires."""
+        taken = self._claim_a_command(w)
+        if taken is not None:
+            self.step({"op": "advance_to", "target": "command", "run": taken[0], "offset_us": offset})
+            self.step(_command_step(op, w, *taken, result, True))
 
     @precondition(lambda self: self.can("test_clock"))
     @rule(us=st.sampled_from(ADVANCES_US))
