@@ -394,6 +394,23 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         self.step({"op": "signal", "worker": sender, "run": mine[0], "key": key, "payload": payload})
         self.step({"op": "commit", "worker": w, "run": mine[0], "decision": {"status": "blocked", "consume": False}})
 
+    @precondition(lambda self: self.can("commands"))
+    @rule(decider=workers, key=st.sampled_from(COMMAND_KEYS))
+    def premature_consume(self, decider: str, key: str) -> None:
+        """A decider schedules a command, claims the run again and consumes the command before it has a
+        result: that decision must be refused (only a result is consumed)."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if not mine:
+            return
+        self.step({"op": "commit", "worker": decider, "run": mine[0],
+                   "decision": {"status": "pending", "commands": [{"key": key, "max_attempts": 1}]}})
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        again = [run for (who, run) in self.live_runs() if who == decider]
+        if again:
+            self.step({"op": "commit", "worker": decider, "run": again[0],
+                       "decision": {"status": "blocked", "consume": False, "consume_commands": [key]}})
+
     @precondition(lambda self: self.can("commands", "leases", "test_clock"))
     @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
           op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
