@@ -77,8 +77,8 @@ def test_model_free_machine_alone_kills_seeded_bug(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A shrunk model-free failure bundle, recorded on the SQLite adapter that accepts decisions on old revisions."""
-    bug = _bug("revision_not_checked")
+    """A shrunk model-free failure bundle, recorded on the SQLite adapter whose claims reuse the old generation."""
+    bug = _bug("generation_not_bumped")
     backend = bug.make_backend()
     backend.kit_spec = f"tests.seeded_bugs.registry:{bug.name}"  # type: ignore[attr-defined]
     try:
@@ -95,7 +95,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_model_free_bundle_records_its_machine(recorded: Path) -> None:
     bundle = json.loads(recorded.read_text())
     assert bundle["machine"] == MODEL_FREE
-    assert set(bundle["families"]) >= {"revisions", "leases", "test_clock"}
+    assert set(bundle["families"]) >= {"leases", "timers", "test_clock", "statement_faults"}
     assert bundle["steps"] and bundle["divergence"]["step"] == len(bundle["steps"]) - 1
     assert bundle["divergence"]["kind"] == "invariant"
 
@@ -105,7 +105,7 @@ def test_model_free_bundle_replays_the_same_violation_twice(recorded: Path) -> N
     bundle = load_bundle(recorded)
     runs = []
     for _ in range(2):
-        backend = _bug("revision_not_checked").make_backend()
+        backend = _bug("generation_not_bumped").make_backend()
         try:
             runs.append(replay(bundle, backend))
         finally:

@@ -395,21 +395,33 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         self.step({"op": "commit", "worker": w, "run": mine[0], "decision": {"status": "blocked", "consume": False}})
 
     @precondition(lambda self: self.can("commands"))
-    @rule(decider=workers, key=st.sampled_from(COMMAND_KEYS))
-    def premature_consume(self, decider: str, key: str) -> None:
-        """A decider schedules a command, claims the run again and consumes the command before it has a
-        result: that decision must be refused (only a result is consumed)."""
+    @rule(w=workers, decider=workers, result=small_json, op=st.sampled_from(("fail", "complete")),
+          key=st.sampled_from(COMMAND_KEYS), premature=st.booleans())
+    def command_round_trip(self, w: str, decider: str, result: Any, op: str, key: str, premature: bool) -> None:
+        """A decider schedules a single-attempt command (and, if ``premature``, claims the run again and consumes
+        the command before it has a result, which must be refused); a worker ends it for good; whoever holds
+        the run's live claim (the decider claims it if nobody does) loads it: the outcome must be in the
+        snapshot."""
         self.step({"op": "claim_runs", "worker": decider, "limit": 1})
         mine = [run for (who, run) in self.live_runs() if who == decider]
-        if not mine:
+        if mine:
+            self.step({"op": "commit", "worker": decider, "run": mine[0], "decision": {
+                "status": "pending" if premature else "blocked", "commands": [{"key": key, "max_attempts": 1}]}})
+            if premature:
+                self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+                again = [run for (who, run) in self.live_runs() if who == decider]
+                if again:
+                    self.step({"op": "commit", "worker": decider, "run": again[0],
+                               "decision": {"status": "blocked", "consume": False, "consume_commands": [key]}})
+        taken = self._claim_a_command(w)
+        if taken is None:
             return
-        self.step({"op": "commit", "worker": decider, "run": mine[0],
-                   "decision": {"status": "pending", "commands": [{"key": key, "max_attempts": 1}]}})
-        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
-        again = [run for (who, run) in self.live_runs() if who == decider]
-        if again:
-            self.step({"op": "commit", "worker": decider, "run": again[0],
-                       "decision": {"status": "blocked", "consume": False, "consume_commands": [key]}})
+        run = taken[0]
+        self.step(_command_step(op, w, *taken, result, retryable=False))
+        if not any(r == run for (_, r) in self.live_runs()):
+            self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        for holder in sorted({who for (who, r) in self.live_runs() if r == run}):
+            self.step({"op": "load", "worker": holder, "run": run})
 
     @precondition(lambda self: self.can("commands", "leases", "test_clock"))
     @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
