@@ -180,7 +180,10 @@ class ModelFreeInterpreter:
     def _read(self) -> World:
         now = self.now()
         state, definitions = {}, {}
+        home = self.adapter.workers[CLOCK_WORKER].tenant
         for tenant in self.adapter.tenants():
+            if tenant != home and "tenancy" not in self.promised:
+                continue  # a store without tenancy shows every tenant the same rows: read them once
             store = self.adapter.observer(tenant)
             state[tenant] = observable_state(store)
             found = {name: store.get_definition(name, "1") for name in sorted(self._definitions)}
@@ -205,6 +208,9 @@ class ModelFreeInterpreter:
         return None
 
     def _tenant(self, step: dict[str, Any]) -> str:
+        """The tenant whose state a step's call is judged in (one for a store without tenancy)."""
+        if "tenancy" not in self.promised:
+            return self.adapter.workers[CLOCK_WORKER].tenant
         return self.adapter.workers[step.get("worker", CLOCK_WORKER)].tenant
 
     def _run_one(self, index: int, step: dict[str, Any], inner: dict[str, Any], lost: bool = False) -> Any:
