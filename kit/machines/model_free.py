@@ -58,11 +58,13 @@ MODEL_FREE = "model-free"
 #: What ``kit check --machine`` accepts: ``auto`` picks by the store's declared promises.
 MACHINES = ("auto", REFERENCE, MODEL_FREE)
 
-#: The workflow promise families whose steps the model-free machine can leave out. A store that
-#: declares no promises is taken to make them all; capabilities (``test_clock``, ``statement_faults``,
-#: ``kill_session``, ``concurrent_connections``, ``tenancy``...) are families by their value too.
+#: The workflow promise families (the values of ``kit.contract.Promise``) whose steps and rules the model-free
+#: machine can leave out. A store that declares no promises is taken to make them all; capabilities
+#: (``test_clock``, ``statement_faults``, ``kill_session``, ``concurrent_connections``, ``tenancy``,
+#: ``unit_of_work``...) are families by their value too.
 WORKFLOW_PROMISES = (
-    "leases", "fencing", "revisions", "wakeup", "commands", "signals", "timers", "cancel", "definitions", "schema",
+    "leases", "generation_fencing", "expected_revision", "atomic_decision", "wake_on_input", "commands", "signals",
+    "timers", "definitions", "cancel_requests", "schema_checksums",
 )
 
 _SINGLE = ("define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",

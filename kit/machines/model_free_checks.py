@@ -170,9 +170,10 @@ class Ledger:
 
 def judge(calls: list[Call], before: World, after: World, ledger: Ledger, promised: frozenset[str]) -> list[str]:
     """Every promise in ``promised`` the step's answers and the state after it contradict (see the module
-    docstring); the wake-up rule applies only to a store that promises ``wakeup``."""
+    docstring); the wake-up and all-or-nothing decision rules apply only to a store that makes those promises
+    (``wake_on_input``, ``atomic_decision``)."""
     found = state_violations(before.state, after.state, after.now)
-    found += _state_alone(before, after)
+    found += _state_alone(before, after, "atomic_decision" in promised)
     found += _claims(calls, before, after)
     for call in calls:
         found += _answer_matches_request(call)
@@ -182,7 +183,7 @@ def judge(calls: list[Call], before: World, after: World, ledger: Ledger, promis
             found += _command_fence(call, before)
         if call.accepted and call.op == "load":
             found += _snapshot_is_the_waiting_input(call, before)
-        if "wakeup" in promised and call.accepted and call.op == "commit":
+        if "wake_on_input" in promised and call.accepted and call.op == "commit":
             found += _no_lost_wakeup(call, after, ledger)
         if call.op == "complete" and call.accepted and (call.tenant, call.step["run"], call.step["key"]) in ledger.completions:
             found.append(f"command {call.step['key']!r} of run {call.step['run']!r}: a second completion was accepted "
@@ -404,10 +405,10 @@ def _snapshot_is_the_waiting_input(call: Call, before: World) -> list[str]:
     return []
 
 
-def _state_alone(before: World, after: World) -> list[str]:
+def _state_alone(before: World, after: World, atomic: bool) -> list[str]:
     """What the state contradicts on its own beyond :func:`state_violations`: one run per idempotency key, a
-    consumed command had a result, no history entry newer than its run's revision, finished commands and
-    definitions never change."""
+    consumed command had a result, no history entry newer than its run's revision (``atomic``: a decision lands
+    whole), finished commands and definitions never change."""
     found = _finished_commands_unchanged(before, after)
     for tenant, runs in after.state.items():
         keys = Counter(s["run"]["idempotency_key"] for s in runs.values() if s and s["run"]["idempotency_key"])
@@ -420,7 +421,7 @@ def _state_alone(before: World, after: World) -> list[str]:
                     found.append(f"command {key!r} of run {_name(run_id)} was consumed while {_plain(command['status'])}: "
                                  "only a result is consumed (invariant 5)")
             newer = [e["seq"] for e in state["history"] if e["revision"] > state["run"]["revision"]]
-            if newer:
+            if newer and atomic:
                 found.append(f"run {_name(run_id)} (tenant {tenant}) is at revision {state['run']['revision']} but history "
                              f"entries {newer} were written by a later one: a decision landed in part (atomic decision)")
     for tenant, names in before.definitions.items():

@@ -171,7 +171,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         return held[index % len(held)] if held and mode >= 1 else anything
 
     def _revision(self, revision: str) -> str:
-        return revision if self.can("revisions") else "claim"
+        return revision if self.can("expected_revision") else "claim"
 
     def _claim_a_command(self, w: str) -> tuple[str, str] | None:
         self.step({"op": "claim_commands", "worker": w, "limit": 1})
@@ -203,7 +203,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         """A definition ensured again, sometimes with another body: the first one stays."""
         self.step({"op": "define", "worker": w, "name": "wf", "body": body})
 
-    @precondition(lambda self: self.can("schema"))
+    @precondition(lambda self: self.can("schema_checksums"))
     @rule(tamper=st.booleans())
     def verify_schema(self, tamper: bool) -> None:
         self.step({"op": "verify_schema", "tamper": tamper})
@@ -241,7 +241,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             other = data.draw(workers, label="second sender")
             self.step({"op": "signal", "worker": other, "run": run, "key": key, "payload": payload})
 
-    @precondition(lambda self: self.can("cancel"))
+    @precondition(lambda self: self.can("cancel_requests"))
     @rule(data=st.data(), w=workers)
     def cancel(self, data: Any, w: str) -> None:
         self.step({"op": "cancel", "worker": w, "run": self.pick_existing(data), "reason": "stop"})
@@ -309,7 +309,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             step["decision"] = decision
         self.step(step)
 
-    @precondition(lambda self: self.can("fencing"))
+    @precondition(lambda self: self.can("generation_fencing"))
     @rule(data=st.data(), hours=st.sampled_from((-5, 3)), decision=decisions(),
           op=st.sampled_from(("commit", "commit", "renew", "release")))
     def zombie(self, data: Any, hours: int, decision: dict[str, Any], op: str) -> None:
@@ -379,7 +379,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         self.step({"op": "advance", "us": 1})
         self.step({"op": "fire_timers", "worker": firer, "limit": limit})
 
-    @precondition(lambda self: self.can("wakeup", "signals"))
+    @precondition(lambda self: self.can("wake_on_input", "signals"))
     @rule(w=st.sampled_from(TENANT_A), sender=workers, key=st.sampled_from(SIGNAL_KEYS), payload=small_json,
           loaded=st.booleans())
     def input_during_decision(self, w: str, sender: str, key: str, payload: Any, loaded: bool) -> None:
@@ -493,7 +493,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
 
     def _promised(self, kind: str) -> bool:
         return {"signal": self.can("signals"), "complete": self.can("commands"), "fail": self.can("commands"),
-                "cancel": self.can("cancel")}.get(kind, True)
+                "cancel": self.can("cancel_requests")}.get(kind, True)
 
     def _inner(self, kind: str, w: str, run: str, decision: dict[str, Any]) -> dict[str, Any]:
         """The operation a fault step wraps; one the store does not promise becomes a claim."""
