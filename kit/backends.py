@@ -12,7 +12,10 @@ the message names what to provide).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kit.contract.errors import BackendUnavailable, ConfigurationError
@@ -43,6 +46,19 @@ BUILTIN: dict[str, BackendSpec] = {
 }
 
 
+def _import_here_or_installed(module_name: str) -> Any:
+    """Import an installed module, else one under the current folder (as ``python -m`` would find it)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        top = module_name.split(".", 1)[0]
+        if exc.name != top or here in sys.path or not (Path(here, top).is_dir() or Path(here, top + ".py").is_file()):
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module_name)
+
+
 def load_factory(target: str) -> Any:
     """Import ``module:attribute``; errors name the fix."""
     module_name, sep, attribute = target.partition(":")
@@ -52,7 +68,7 @@ def load_factory(target: str) -> Any:
             "write package.module:factory"
         )
     try:
-        module = importlib.import_module(module_name)
+        module = _import_here_or_installed(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name == missing or module_name.startswith(missing + "."):

@@ -13,9 +13,11 @@ checks that it equals what the individual reads return.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict
 from typing import Any
 
+from kit.contract.capabilities import ALL_PROMISES, Promise
 from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.protocol import Storage, iter_pages
 
@@ -40,26 +42,35 @@ def assemble(
     }
 
 
-def run_state(store: Storage, run_id: str) -> dict[str, Any] | None:
-    """One run and everything under it, through the protocol's reads."""
+def run_state(store: Storage, run_id: str, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any] | None:
+    """One run and everything under it, through the protocol's reads.
+
+    Commands, signals and timers are read only when the store promises that family
+    (a store that makes no such promise need not implement their reads): else empty.
+    """
     run = store.get_run(run_id)
     if run is None:
         return None
-    return assemble(run, store.get_history(run_id), store.list_commands(run_id),
-                    store.list_signals(run_id), store.list_timers(run_id))
+    commands = store.list_commands(run_id) if Promise.COMMANDS in promises else []
+    signals = store.list_signals(run_id) if Promise.SIGNALS in promises else []
+    timers = store.list_timers(run_id) if Promise.TIMERS in promises else []
+    return assemble(run, store.get_history(run_id), commands, signals, timers)
 
 
-def observable_state_from_reads(store: Storage) -> dict[str, Any]:
+def observable_state_from_reads(store: Storage, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any]:
     """Every run of the store's tenant, in run-id order, built from the individual reads."""
-    return {run.run_id: run_state(store, run.run_id) for run in iter_pages(store)}
+    return {run.run_id: run_state(store, run.run_id, promises) for run in iter_pages(store)}
 
 
-def observable_state(store: Storage) -> dict[str, Any]:
-    """Every run of the store's tenant with all it owns (``export_state()`` when the store has it)."""
+def observable_state(store: Storage, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any]:
+    """Every run of the store's tenant with all it owns (``export_state()`` when the store has it).
+
+    ``promises`` are the families the store makes: the reads of the others are left out.
+    """
     export = getattr(store, "export_state", None)
     if callable(export):
         return export()  # type: ignore[no-any-return]
-    return observable_state_from_reads(store)
+    return observable_state_from_reads(store, promises)
 
 
 def _without(row: dict[str, Any], key: str) -> dict[str, Any]:

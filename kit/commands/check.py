@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter, defaultdict
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kit import __version__
+from kit.contract.capabilities import SkipKind
 from kit.discovery import redact
+
+if TYPE_CHECKING:
+    from kit.report.results import CheckResult
 
 NAME = "check"
 HELP = "run the conformance suite against a backend"
@@ -99,19 +104,25 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         console.print(f"[bold red]collection error:[/] {escape(error)}")
     by_area: dict[str, Counter[str]] = defaultdict(Counter)
     reasons: dict[str, set[str]] = defaultdict(set)
+    unpromised: dict[str, set[str]] = defaultdict(set)
+    undeclared: dict[str, set[str]] = defaultdict(set)
     for r in run.results:
-        by_area[r.area][r.outcome] += 1
-        if r.outcome in ("skipped", "xfailed"):
+        by_area[r.area][_column_of(r)] += 1
+        if _column_of(r) == "not promised":
+            unpromised[r.area].update(_promises_named(r))
+        elif r.skip_kind == SkipKind.UNSUPPORTED.value and _UNDECLARED in r.message:
+            undeclared[r.area].update(n.strip() for n in r.message.split(_UNDECLARED, 1)[1].split(","))
+        elif r.outcome in ("skipped", "xfailed"):
             reasons[r.area].add(r.message)
     table = Table(title=f"{run.backend}: {len(run.results)} checks in {run.duration_s:.1f} s")
-    for column in ("area", "passed", "failed", "skipped", "why skipped"):
-        table.add_column(column, justify="right" if column in ("passed", "failed", "skipped") else "left")
+    counted = ("passed", "failed", "not promised", "skipped")
+    for column in ("area", *counted, "why skipped"):
+        table.add_column(column, justify="right" if column in counted else "left")
     for area in sorted(by_area):
         c = by_area[area]
-        failed = c["failed"] + c["error"]
         table.add_row(
-            area, str(c["passed"]), f"[red]{failed}[/]" if failed else "0", str(c["skipped"] + c["xfailed"]),
-            escape("; ".join(sorted(reasons[area]))[:120]),
+            area, str(c["passed"]), f"[red]{c['failed']}[/]" if c["failed"] else "0", str(c["not promised"]),
+            str(c["skipped"]), escape(_why(unpromised[area], undeclared[area], reasons[area])[:160]),
         )
     console.print(table)
     url = f" --url '{redact(args.url)}'" if getattr(args, "url", None) else ""
@@ -122,9 +133,35 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
         console.print(f"  error: {escape(r.message)}", soft_wrap=True)
         console.print(f"  reproduce: kit check {escape(args.backend)}{escape(url)} -k {escape(name)}", soft_wrap=True)
-    totals = Counter(r.outcome for r in run.results)
+    totals = Counter(_column_of(r) for r in run.results)
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
-    console.print(
-        f"{verdict}: {totals['passed']} passed, {totals['failed'] + totals['error']} failed, "
-        f"{totals['skipped'] + totals['xfailed']} skipped"
-    )
+    not_promised = f", {totals['not promised']} not promised" if totals["not promised"] else ""
+    console.print(f"{verdict}: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped{not_promised}")
+
+
+def _column_of(result: CheckResult) -> str:
+    """The table column a result is counted in: passed, failed (errors too), not promised or skipped
+    (unsupported, not reachable and expected failures)."""
+    if result.outcome in ("failed", "error"):
+        return "failed"
+    if result.outcome in ("skipped", "xfailed"):
+        return "not promised" if result.skip_kind == SkipKind.NOT_PROMISED.value else "skipped"
+    return result.outcome
+
+
+def _promises_named(result: CheckResult) -> list[str]:
+    """The promises a not-promised skip names."""
+    from kit.report.model import not_promised_of
+
+    return [p.strip() for p in not_promised_of({"message": result.message}).replace(" or ", ", ").split(",")]
+
+
+_UNDECLARED = " does not declare "
+
+
+def _why(unpromised: set[str], undeclared: set[str], reasons: set[str]) -> str:
+    """The table's reason column: the promises not made and the capabilities not declared (one entry each
+    for many checks), then the other reasons."""
+    parts = [f"not promised: {', '.join(sorted(unpromised))}"] if unpromised else []
+    parts += [f"unsupported: {', '.join(sorted(undeclared))}"] if undeclared else []
+    return "; ".join(parts + sorted(reasons))

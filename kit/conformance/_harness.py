@@ -18,6 +18,7 @@ import pytest
 
 from kit.contract import (
     Backend,
+    Capabilities,
     Capability,
     ClockMode,
     Database,
@@ -26,6 +27,7 @@ from kit.contract import (
     NewCommand,
     NewEvent,
     NewTimer,
+    Promise,
     Run,
     RunClaim,
     RunStatus,
@@ -34,14 +36,17 @@ from kit.contract import (
 )
 from kit.contract.outcomes import Outcome
 from kit.faults import StatementFaults
+from kit.inspect import observable_state
 
 __all__ = [
     "LEASE",
     "TENANT",
     "AreaChecks",
+    "Need",
     "Threads",
     "check_id",
     "requires",
+    "store_clock",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,8 +59,18 @@ THREAD_TIMEOUT_S = 60.0
 """How long a thread of a concurrency check may take before the check calls it stuck."""
 
 
-def requires(*capabilities: Capability) -> Callable[[F], F]:
-    """Declare the capabilities a check needs; undeclared ones skip it as unsupported."""
+Need = Capability | Promise
+"""What a check may require: a capability of the store's environment or a promise of the store."""
+
+
+def requires(*capabilities: Need) -> Callable[[F], F]:
+    """Declare the capabilities and promises a check needs.
+
+    A promise the store does not make skips the check as ``not-promised``; an
+    undeclared capability skips it as ``unsupported``. A check that moves or
+    sets the test clock must name :attr:`Capability.TEST_CLOCK`; every other
+    check runs on the database clock when the store has no test clock.
+    """
 
     def mark(fn: F) -> F:
         if isinstance(fn, type):  # a whole area: mark each check it defines
@@ -63,11 +78,20 @@ def requires(*capabilities: Capability) -> Callable[[F], F]:
                 if name.startswith("test_") and callable(member):
                     mark(member)
             return fn
-        existing: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
+        existing: tuple[Need, ...] = getattr(fn, "kit_requires", ())
         fn.kit_requires = existing + capabilities  # type: ignore[attr-defined]
         return fn
 
     return mark
+
+
+def store_clock(backend: Backend) -> ClockMode:
+    """The clock the checks' stores run on: the test clock if declared, else the database clock."""
+    if Capability.TEST_CLOCK in backend.capabilities:
+        return ClockMode.TEST
+    if Capability.DATABASE_CLOCK in backend.capabilities:
+        return ClockMode.DATABASE
+    pytest.skip(f"unsupported: backend {backend.name!r} declares neither test_clock nor database_clock")
 
 
 def check_id(cls: type, function_name: str) -> str:
@@ -144,14 +168,23 @@ class AreaChecks:
     """Base of every area class: fixtures and helpers. Subclass the suite, not this."""
 
     area: ClassVar[str] = "conformance"
+    kit_caps: Capabilities = Capabilities()
+    """The backend's declaration, set for each check before it runs (helpers build state with it)."""
 
     # -- fixtures ---------------------------------------------------------
     @pytest.fixture(autouse=True)
     def _kit_gate(self, request: pytest.FixtureRequest, kit_backend: Backend) -> None:
-        """Skip checks whose capabilities are undeclared; mark declared expected failures strict."""
+        """Skip checks whose promises are not made (not-promised) or whose capabilities are
+        undeclared (unsupported); mark declared expected failures strict."""
         fn = request.function
-        needed: tuple[Capability, ...] = getattr(fn, "kit_requires", ())
-        missing = kit_backend.capabilities.missing(needed)
+        needed: tuple[Need, ...] = getattr(fn, "kit_requires", ())
+        caps = kit_backend.capabilities
+        self.kit_caps = caps
+        unpromised = caps.not_promised(needed)
+        if unpromised:
+            names = ", ".join(p.value for p in unpromised)
+            pytest.skip(f"not-promised: backend {kit_backend.name!r} does not promise {names}")
+        missing = caps.missing(needed)
         if missing:
             names = ", ".join(c.value for c in missing)
             pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare {names}")
@@ -170,13 +203,16 @@ class AreaChecks:
 
     @pytest.fixture
     def open_store(self, database: Database, kit_backend: Backend) -> Iterator[Callable[..., Storage]]:
-        """Open more migrated stores on the test's database (closed at teardown)."""
+        """Open more migrated stores on the test's database (closed at teardown).
+
+        They run on the test clock when the store has one, else on the database clock
+        (a check that moves the clock requires ``test_clock`` and was skipped already).
+        """
         opened: list[Storage] = []
-        if Capability.TEST_CLOCK not in kit_backend.capabilities:
-            pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare test_clock")
+        clock = store_clock(kit_backend)
 
         def open_(tenant: str = TENANT, migrate: bool = True, **kwargs: Any) -> Storage:
-            kwargs.setdefault("clock", ClockMode.TEST)
+            kwargs.setdefault("clock", clock)
             store = database.open(tenant, **kwargs)
             opened.append(store)
             if migrate:
@@ -197,13 +233,34 @@ class AreaChecks:
         return StatementFaults()
 
     # -- helpers ----------------------------------------------------------
-    @staticmethod
-    def define(store: Storage, name: str = "wf", body: bytes = b"workflow v1", version: str = "1") -> DefinitionRef:
+    def promised(self, need: Need) -> bool:
+        """Whether the store under check makes this promise (or declares this capability)."""
+        return need in self.kit_caps
+
+    def let_time_pass(self, store: Storage, by: timedelta = timedelta(seconds=1)) -> None:
+        """Move the test clock on by ``by``; on the database clock time passes by itself."""
+        if self.promised(Capability.TEST_CLOCK) and store.clock_mode is ClockMode.TEST:
+            store.advance_test_clock(by)
+
+    def need_any(self, *promises: Promise) -> None:
+        """Skip as not-promised unless the store makes at least one of ``promises`` (for a check whose
+        parts each stand on one of them)."""
+        if not any(self.promised(p) for p in promises):
+            names = " or ".join(p.value for p in promises)
+            pytest.skip(f"not-promised: the store promises none of {names}")
+
+    def observed(self, store: Storage) -> dict[str, Any]:
+        """The store's observable state, reading only the families it promises."""
+        return observable_state(store, self.kit_caps.promises)
+
+    def define(self, store: Storage, name: str = "wf", body: bytes = b"workflow v1", version: str = "1") -> DefinitionRef:
+        """A definition to start runs from: stored when the store promises definitions, else only named."""
+        if not self.promised(Promise.DEFINITIONS):
+            return DefinitionRef(name, version, digest_of(body))
         return store.ensure_definition(name, version, digest_of(body), body).ref
 
-    @classmethod
-    def start(cls, store: Storage, run_id: str = "run-1", **kwargs: Any) -> Run:
-        ref = kwargs.pop("definition", None) or cls.define(store)
+    def start(self, store: Storage, run_id: str = "run-1", **kwargs: Any) -> Run:
+        ref = kwargs.pop("definition", None) or self.define(store)
         return store.start_run(run_id, ref, **kwargs).run
 
     @staticmethod
@@ -212,22 +269,21 @@ class AreaChecks:
         assert len(claims) == 1, f"expected one claimable run, got {claims}"
         return claims[0]
 
-    @classmethod
-    def started_and_claimed(cls, store: Storage, run_id: str = "run-1", worker: str = "w1") -> RunClaim:
-        cls.start(store, run_id)
-        claim = cls.claim_one(store, worker)
+    def started_and_claimed(self, store: Storage, run_id: str = "run-1", worker: str = "w1") -> RunClaim:
+        self.start(store, run_id)
+        claim = self.claim_one(store, worker)
         assert claim.run_id == run_id
         return claim
 
-    @classmethod
-    def blocked_on_command(cls, store: Storage, run_id: str = "run-1", key: str = "op-1", **command: Any) -> RunClaim:
-        """A run that committed one decision scheduling command ``key`` and blocked."""
-        claim = cls.started_and_claimed(store, run_id)
+    def blocked_on_command(self, store: Storage, run_id: str = "run-1", key: str = "op-1", **command: Any) -> RunClaim:
+        """A run that committed one decision scheduling command ``key`` and blocked (pending, without
+        ``wake_on_input``: a store that cannot block keeps the run claimable instead)."""
+        claim = self.started_and_claimed(store, run_id)
         outcome = store.commit_decision(
             claim,
             claim.revision,
             Decision(
-                RunStatus.BLOCKED,
+                self.waiting_status(),
                 events=(NewEvent("command-scheduled", {"key": key}),),
                 commands=(NewCommand(key, command.pop("name", "do-work"), command.pop("input", {"n": 1}), **command),),
             ),
@@ -235,24 +291,37 @@ class AreaChecks:
         assert outcome is Outcome.COMMITTED
         return claim
 
-    @classmethod
-    def blocked_on_timer(cls, store: Storage, run_id: str = "run-1", delay: timedelta = timedelta(seconds=10)) -> RunClaim:
-        claim = cls.started_and_claimed(store, run_id)
+    def blocked_on_timer(self, store: Storage, run_id: str = "run-1", delay: timedelta = timedelta(seconds=10)) -> RunClaim:
+        """A run that scheduled one timer and blocked (pending without ``wake_on_input``)."""
+        claim = self.started_and_claimed(store, run_id)
         outcome = store.commit_decision(
-            claim, claim.revision, Decision(RunStatus.BLOCKED, timers=(NewTimer("sleep", delay=delay),))
+            claim, claim.revision, Decision(self.waiting_status(), timers=(NewTimer("sleep", delay=delay),))
         )
         assert outcome is Outcome.COMMITTED
         return claim
 
-    @classmethod
-    def blocked(cls, store: Storage, run_id: str = "run-1") -> RunClaim:
-        claim = cls.started_and_claimed(store, run_id)
+    def blocked(self, store: Storage, run_id: str = "run-1") -> RunClaim:
+        """A run that committed one decision and blocked (needs ``wake_on_input``)."""
+        claim = self.started_and_claimed(store, run_id)
         assert store.commit_decision(claim, claim.revision, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
         return claim
 
-    @classmethod
-    def completed(cls, store: Storage, run_id: str = "run-1", output: Any = None) -> RunClaim:
-        claim = cls.started_and_claimed(store, run_id)
+    def waiting(self, store: Storage, run_id: str = "run-1") -> Run:
+        """A live run that can take input (signals, commands, cancel requests): blocked when the store
+        promises ``wake_on_input``, else just started. For checks about the input, not about waking."""
+        if self.promised(Promise.WAKE_ON_INPUT):
+            self.blocked(store, run_id)
+            run = store.get_run(run_id)
+            assert run is not None
+            return run
+        return self.start(store, run_id)
+
+    def waiting_status(self) -> RunStatus:
+        """``blocked`` when the store promises ``wake_on_input``, else ``pending`` (still claimable)."""
+        return RunStatus.BLOCKED if self.promised(Promise.WAKE_ON_INPUT) else RunStatus.PENDING
+
+    def completed(self, store: Storage, run_id: str = "run-1", output: Any = None) -> RunClaim:
+        claim = self.started_and_claimed(store, run_id)
         decision = Decision(RunStatus.COMPLETED, output=output if output is not None else {"ok": True})
         assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
         return claim

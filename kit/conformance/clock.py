@@ -10,7 +10,7 @@ import pytest
 
 from kit.clock import system_now, to_micros
 from kit.conformance._harness import AreaChecks, requires
-from kit.contract import Backend, Capability, ClockMode, ClockModeError, Storage
+from kit.contract import Backend, Capability, ClockMode, ClockModeError, Promise, Storage
 
 __all__ = ["ClockChecks"]
 
@@ -24,12 +24,14 @@ class ClockChecks(AreaChecks):
             pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare database_clock")
         return open_store(clock=ClockMode.DATABASE)
 
+    @requires(Capability.TEST_CLOCK)
     def test_test_clock_set_is_exact(self, store: Storage) -> None:
         """The test clock reads back exactly the microsecond it was set to."""
         at = datetime(2031, 5, 6, 7, 8, 9, 123457, tzinfo=UTC)
         store.set_test_clock(at)
         assert store.now() == at
 
+    @requires(Capability.TEST_CLOCK)
     def test_test_clock_advance_is_exact(self, store: Storage) -> None:
         """Advancing the test clock by one microsecond moves it by exactly one microsecond."""
         before = store.now()
@@ -37,6 +39,7 @@ class ClockChecks(AreaChecks):
         assert after - before == timedelta(microseconds=1)
         assert store.now() == after
 
+    @requires(Capability.TEST_CLOCK)
     def test_test_clock_is_shared_by_stores(self, store: Storage, open_store: Callable[..., Storage]) -> None:
         """Every store on one database reads the same test clock."""
         other = open_store("tenant-b")
@@ -48,6 +51,7 @@ class ClockChecks(AreaChecks):
         now = store.now()
         assert now.tzinfo is not None and now.utcoffset() == timedelta(0)
 
+    @requires(Capability.TEST_CLOCK)
     def test_test_clock_refused_on_database_clock(self, db_clock_store: Storage) -> None:
         """Driving the test clock on a store opened with the database clock raises ClockModeError."""
         with pytest.raises(ClockModeError):
@@ -62,7 +66,7 @@ class ClockChecks(AreaChecks):
         readings = [db_clock_store.now() for _ in range(20)]
         assert readings == sorted(readings)
 
-    @requires(Capability.UNIT_OF_WORK)
+    @requires(Promise.UNIT_OF_WORK)
     def test_database_clock_moves_inside_a_transaction(self, db_clock_store: Storage) -> None:
         """The store clock keeps moving inside a long transaction (never a transaction-start time)."""
         with db_clock_store.transaction():

@@ -19,6 +19,7 @@ from kit.contract import (
     NewCommand,
     NewEvent,
     NewTimer,
+    Promise,
     RunStatus,
     SignalStatus,
     Snapshot,
@@ -28,17 +29,16 @@ from kit.contract import (
 )
 from kit.contract.outcomes import Outcome
 from kit.faults import StatementFaults
-from kit.inspect import observable_state
 
 __all__ = ["CommitChecks"]
 
 
 def _first_success_under_faults(
-    store: Storage, faults: StatementFaults, what: str, min_points: int, act: Callable[[], object]
+    observe: Callable[[], object], faults: StatementFaults, what: str, min_points: int, act: Callable[[], object]
 ) -> object:
     """Fail ``act`` at its 1st, 2nd, ... statement until it succeeds; after each failure the store must be
-    exactly as before. Returns what the first unfailed attempt answered."""
-    before = observable_state(store)
+    exactly as before (``observe`` reads it). Returns what the first unfailed attempt answered."""
+    before = observe()
     point = 0
     while True:
         point += 1
@@ -47,7 +47,7 @@ def _first_success_under_faults(
             outcome = act()
         except StorageError:
             faults.disarm()
-            assert observable_state(store) == before, (
+            assert observe() == before, (
                 f"{what} failing at statement #{point} ({faults.fired!r}) left a partial write"
             )
             continue
@@ -69,28 +69,33 @@ class CommitChecks(AreaChecks):
     def test_commit_appends_contiguous_history(self, store: Storage) -> None:
         """Each commit appends its events with the next contiguous seq values, starting at 1."""
         claim = self.started_and_claimed(store)
-        store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=(NewEvent("a"), NewEvent("b"))))
+        store.commit_decision(claim, claim.revision, Decision(RunStatus.PENDING, events=(NewEvent("a"), NewEvent("b"))))
         claim = self.claim_one(store)
-        store.commit_decision(claim, 1, Decision(RunStatus.PENDING, events=(NewEvent("c"),)))
+        store.commit_decision(claim, claim.revision, Decision(RunStatus.PENDING, events=(NewEvent("c"),)))
         history = store.get_history("run-1")
-        assert [(e.seq, e.kind, e.revision) for e in history] == [(1, "a", 1), (2, "b", 1), (3, "c", 2)]
+        assert [(e.seq, e.kind) for e in history] == [(1, "a"), (2, "b"), (3, "c")]
+        if self.promised(Promise.EXPECTED_REVISION):
+            assert [e.revision for e in history] == [1, 1, 2]
 
+    @requires(Promise.EXPECTED_REVISION, Promise.GENERATION_FENCING)
     def test_commit_bumps_revision_and_clears_claim(self, store: Storage) -> None:
         """A commit bumps the revision by exactly one and clears the claim."""
         claim = self.started_and_claimed(store)
-        assert store.commit_decision(claim, 0, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
+        assert store.commit_decision(claim, 0, Decision(self.waiting_status())) is Outcome.COMMITTED
         run = store.get_run("run-1")
-        assert run is not None and run.revision == 1 and run.status is RunStatus.BLOCKED
+        assert run is not None and run.revision == 1 and run.status is self.waiting_status()
         assert run.claim_owner is None and run.claim_expires_at is None and run.claim_generation == 1
 
+    @requires(Promise.EXPECTED_REVISION)
     def test_revision_mismatch_changes_nothing(self, store: Storage) -> None:
         """A live claim with a wrong expected revision gets revision_mismatch and changes nothing."""
         claim = self.started_and_claimed(store)
-        before = observable_state(store)
+        before = self.observed(store)
         decision = Decision(RunStatus.COMPLETED, events=(NewEvent("x"),), output=1)
         assert store.commit_decision(claim, 5, decision) is Outcome.REVISION_MISMATCH
-        assert observable_state(store) == before
+        assert self.observed(store) == before
 
+    @requires(Promise.GENERATION_FENCING, Promise.EXPECTED_REVISION)
     def test_outcome_precedence(self, store: Storage) -> None:
         """Refusals follow not_found > terminal > claim_lost > revision_mismatch."""
         bad = Decision(RunStatus.COMPLETED)
@@ -105,13 +110,14 @@ class CommitChecks(AreaChecks):
     def test_retried_commit_changes_nothing(self, store: Storage) -> None:
         """Sending the same commit again after it landed (a lost acknowledgement) changes nothing."""
         claim = self.started_and_claimed(store)
-        decision = Decision(RunStatus.BLOCKED, events=(NewEvent("once"),), commands=(NewCommand("op", "do"),))
-        assert store.commit_decision(claim, 0, decision) is Outcome.COMMITTED
-        before = observable_state(store)
-        assert store.commit_decision(claim, 0, decision) is not Outcome.COMMITTED
-        assert observable_state(store) == before
+        commands = (NewCommand("op", "do"),) if self.promised(Promise.COMMANDS) else ()
+        decision = Decision(self.waiting_status(), events=(NewEvent("once"),), commands=commands)
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
+        before = self.observed(store)
+        assert store.commit_decision(claim, claim.revision, decision) is not Outcome.COMMITTED
+        assert self.observed(store) == before
 
-    @requires(Capability.STATEMENT_FAULTS)
+    @requires(Capability.STATEMENT_FAULTS, Promise.ATOMIC_DECISION, Promise.WAKE_ON_INPUT, Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS)
     def test_commit_is_all_or_nothing(self, open_store: Callable[..., Storage], faults: StatementFaults) -> None:
         """A commit failing at any one of its statements leaves nothing partial behind."""
         store = open_store(statement_hook=faults)
@@ -129,14 +135,14 @@ class CommitChecks(AreaChecks):
             consume_signals=tuple(s.signal_id for s in snapshot.signals),
             consume_commands=(command,),
         )
-        before = observable_state(store)
-        outcome = _first_success_under_faults(store, faults, "a commit", 4,
+        before = self.observed(store)
+        outcome = _first_success_under_faults(partial(self.observed, store), faults, "a commit", 4,
                                               partial(store.commit_decision, claim, claim.revision, decision))
         assert outcome is Outcome.COMMITTED
-        assert observable_state(store) != before
+        assert self.observed(store) != before
 
-    @requires(Capability.STATEMENT_FAULTS)
     @pytest.mark.parametrize("operation", ["complete", "fail_for_good", "fire_timers", "signal", "cancel"])
+    @requires(Capability.STATEMENT_FAULTS, Promise.ATOMIC_DECISION, Promise.WAKE_ON_INPUT, Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS, Promise.CANCEL_REQUESTS, Capability.TEST_CLOCK)
     def test_waking_writes_are_all_or_nothing(
         self, open_store: Callable[..., Storage], faults: StatementFaults, operation: str
     ) -> None:
@@ -159,12 +165,12 @@ class CommitChecks(AreaChecks):
         }[operation]
         expected = {"complete": Outcome.COMPLETED, "fail_for_good": Outcome.FAILED, "fire_timers": ["t-1"],
                     "signal": True, "cancel": Outcome.COMMITTED}[operation]
-        outcome = _first_success_under_faults(store, faults, operation, 3, act)
+        outcome = _first_success_under_faults(partial(self.observed, store), faults, operation, 3, act)
         assert outcome == expected, f"{operation} answered {outcome!r} once no fault struck"
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.PENDING, f"{operation} did not make the run runnable: {run}"
 
-    @requires(Capability.KILL_SESSION, Capability.STATEMENT_FAULTS)
+    @requires(Capability.KILL_SESSION, Capability.STATEMENT_FAULTS, Promise.ATOMIC_DECISION, Promise.WAKE_ON_INPUT, Promise.COMMANDS, Promise.TIMERS)
     def test_session_killed_mid_commit_leaves_nothing(
         self, database: Database, open_store: Callable[..., Storage]
     ) -> None:
@@ -177,7 +183,7 @@ class CommitChecks(AreaChecks):
             commands=(NewCommand("op-1", "x"),),
             timers=(NewTimer("t-1", delay=timedelta(seconds=5)),),
         )
-        before = observable_state(observer)
+        before = self.observed(observer)
         point = 0
         while True:
             point += 1
@@ -188,7 +194,7 @@ class CommitChecks(AreaChecks):
                 outcome = worker.commit_decision(claim, 0, decision)
             except StorageError:
                 assert faults.fired is not None
-                assert observable_state(observer) == before, (
+                assert self.observed(observer) == before, (
                     f"a session killed before statement #{point} ({faults.fired!r}) left a partial write"
                 )
                 continue
@@ -198,29 +204,32 @@ class CommitChecks(AreaChecks):
                 pytest.fail(f"the commit succeeded although its session was killed before {faults.fired!r}")
             break
         assert outcome is Outcome.COMMITTED and point >= 4
-        assert observable_state(observer) != before
+        assert self.observed(observer) != before
 
     def _complete_only_command(self, store: Storage) -> str:
         cmd = store.claim_commands("worker", LEASE)[0]
         assert store.complete_command(cmd, {"done": True}) is Outcome.COMPLETED
         return cmd.command_id
 
+    @requires(Promise.COMMANDS)
     def test_command_operation_keys_first_wins(self, store: Storage) -> None:
         """A command whose operation key already exists for the run is not scheduled again: the first wins."""
-        self.blocked_on_command(store, key="op-1", name="original", input={"v": 1})
-        store.request_cancel("run-1")  # wakes the run
+        claim = self.started_and_claimed(store)
+        first = Decision(RunStatus.PENDING, commands=(NewCommand("op-1", "original", {"v": 1}),))
+        assert store.commit_decision(claim, claim.revision, first) is Outcome.COMMITTED
         claim = self.claim_one(store)
-        decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "replaced", {"v": 2}), NewCommand("op-2", "new")))
-        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        decision = Decision(RunStatus.PENDING, commands=(NewCommand("op-1", "replaced", {"v": 2}), NewCommand("op-2", "new")))
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
         commands = {c.operation_key: c for c in store.list_commands("run-1")}
         assert sorted(commands) == ["op-1", "op-2"]
         assert (commands["op-1"].name, commands["op-1"].input) == ("original", {"v": 1})
 
+    @requires(Promise.COMMANDS, Promise.TIMERS, Capability.TEST_CLOCK)
     def test_first_wins_within_one_decision(self, store: Storage) -> None:
         """Two commands (or timers) with one operation key in one decision: the first is kept."""
         claim = self.started_and_claimed(store)
         decision = Decision(
-            RunStatus.BLOCKED,
+            RunStatus.PENDING,
             commands=(NewCommand("k", "first"), NewCommand("k", "second")),
             timers=(NewTimer("t", delay=timedelta(seconds=1)), NewTimer("t", delay=timedelta(seconds=9))),
         )
@@ -229,14 +238,16 @@ class CommitChecks(AreaChecks):
         timers = store.list_timers("run-1")
         assert len(timers) == 1 and timers[0].fire_at == store.now() + timedelta(seconds=1)
 
+    @requires(Promise.TIMERS)
     def test_timer_operation_keys_first_wins(self, store: Storage) -> None:
         """A timer whose operation key already exists for the run keeps its original fire time."""
-        self.blocked_on_timer(store, delay=timedelta(seconds=10))
+        claim = self.started_and_claimed(store)
+        first = Decision(RunStatus.PENDING, timers=(NewTimer("sleep", delay=timedelta(seconds=10)),))
+        assert store.commit_decision(claim, claim.revision, first) is Outcome.COMMITTED
         original = store.list_timers("run-1")[0]
-        store.request_cancel("run-1")
         claim = self.claim_one(store)
-        decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("sleep", delay=timedelta(hours=5)),))
-        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        decision = Decision(RunStatus.PENDING, timers=(NewTimer("sleep", delay=timedelta(hours=5)),))
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
         assert store.list_timers("run-1") == [original]
 
     def test_terminal_commit_records_output_and_error(self, store: Storage) -> None:
@@ -251,15 +262,20 @@ class CommitChecks(AreaChecks):
     def test_terminal_run_never_changes(self, store: Storage) -> None:
         """Once terminal, nothing changes a run: commits, claims, signals, cancels are all refused."""
         claim = self.completed(store)
-        store.advance_test_clock(LEASE * 3)
-        before = observable_state(store)
+        if self.promised(Capability.TEST_CLOCK):
+            store.advance_test_clock(LEASE * 3)
+        before = self.observed(store)
         assert store.commit_decision(claim, 1, Decision(RunStatus.PENDING)) is Outcome.TERMINAL
         assert store.claim_runs("w9", LEASE, limit=5) == []
-        assert store.send_signal("run-1", "late", {}, "late-1").outcome is Outcome.TERMINAL
-        assert store.request_cancel("run-1") is Outcome.TERMINAL
-        assert store.fire_due_timers() == []
-        assert observable_state(store) == before
+        if self.promised(Promise.SIGNALS):
+            assert store.send_signal("run-1", "late", {}, "late-1").outcome is Outcome.TERMINAL
+        if self.promised(Promise.CANCEL_REQUESTS):
+            assert store.request_cancel("run-1") is Outcome.TERMINAL
+        if self.promised(Promise.TIMERS):
+            assert store.fire_due_timers() == []
+        assert self.observed(store) == before
 
+    @requires(Promise.COMMANDS, Promise.TIMERS, Capability.TEST_CLOCK)
     def test_terminal_commit_closes_outstanding_work(self, store: Storage) -> None:
         """A run going terminal cancels its unfinished commands and unfired timers."""
         claim = self.started_and_claimed(store)
@@ -277,6 +293,7 @@ class CommitChecks(AreaChecks):
         store.advance_test_clock(timedelta(minutes=1))
         assert store.fire_due_timers() == [] and store.claim_commands("w", LEASE) == []
 
+    @requires(Promise.SIGNALS, Promise.WAKE_ON_INPUT)
     def test_signal_during_decision_is_not_lost(self, store: Storage) -> None:
         """A signal landing while a decision is made turns that decision's 'blocked' into 'pending'."""
         claim = self.started_and_claimed(store)
@@ -286,6 +303,7 @@ class CommitChecks(AreaChecks):
         assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
         assert self.claim_one(store, "w2").run_id == "run-1"
 
+    @requires(Promise.COMMANDS, Promise.SIGNALS, Promise.WAKE_ON_INPUT)
     def test_completion_during_decision_is_not_lost(self, store: Storage) -> None:
         """A command completing while a decision is made leaves the run runnable after a blocked commit."""
         self.blocked_on_command(store)
@@ -297,6 +315,7 @@ class CommitChecks(AreaChecks):
         assert store.commit_decision(claim, 1, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
         assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
 
+    @requires(Promise.TIMERS, Promise.SIGNALS, Promise.WAKE_ON_INPUT, Capability.TEST_CLOCK)
     def test_timer_fired_during_decision_is_not_lost(self, store: Storage) -> None:
         """A timer firing while a decision is made leaves the run runnable after a blocked commit."""
         self.blocked_on_timer(store, delay=timedelta(seconds=10))
@@ -307,50 +326,55 @@ class CommitChecks(AreaChecks):
         assert store.commit_decision(claim, 1, Decision(RunStatus.BLOCKED)) is Outcome.COMMITTED
         assert store.get_run("run-1").status is RunStatus.PENDING  # type: ignore[union-attr]
 
+    @requires(Promise.WAKE_ON_INPUT)
     def test_blocked_without_new_input_stays_blocked(self, store: Storage) -> None:
         """A blocked commit with no input arriving meanwhile leaves the run blocked."""
         self.blocked(store)
         run = store.get_run("run-1")
         assert run is not None and run.status is RunStatus.BLOCKED and not run.wakeup_pending
 
+    @requires(Promise.SIGNALS)
     def test_consumed_signal_records_revision_and_leaves_inbox(self, store: Storage) -> None:
         """Consuming a signal marks it consumed by the committing revision; later snapshots omit it."""
-        self.blocked(store)
+        self.waiting(store)
         store.send_signal("run-1", "go", {"n": 1}, "sig-1")
         claim = self.claim_one(store)
         snapshot = store.load_claimed(claim)
         assert isinstance(snapshot, Snapshot) and len(snapshot.signals) == 1
         decision = Decision(RunStatus.PENDING, consume_signals=(snapshot.signals[0].signal_id,))
-        assert store.commit_decision(claim, 1, decision) is Outcome.COMMITTED
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
         signal = store.list_signals("run-1")[0]
-        assert (signal.status, signal.consumed_revision) == (SignalStatus.CONSUMED, 2)
+        assert (signal.status, signal.consumed_revision) == (SignalStatus.CONSUMED, claim.revision + 1)
         later = store.load_claimed(self.claim_one(store))
         assert isinstance(later, Snapshot) and later.signals == ()
 
+    @requires(Promise.SIGNALS)
     def test_consuming_twice_is_refused(self, store: Storage) -> None:
         """A signal consumed by one decision cannot be consumed by another: InvalidDecision, nothing written."""
-        self.blocked(store)
+        self.waiting(store)
         signal = store.send_signal("run-1", "go", {}, "sig-1").signal
         assert signal is not None
         claim = self.claim_one(store)
-        store.commit_decision(claim, 1, Decision(RunStatus.PENDING, consume_signals=(signal.signal_id,)))
+        store.commit_decision(claim, claim.revision, Decision(RunStatus.PENDING, consume_signals=(signal.signal_id,)))
         claim = self.claim_one(store)
-        before = observable_state(store)
+        before = self.observed(store)
         with pytest.raises(InvalidDecision):
-            store.commit_decision(claim, 2, Decision(RunStatus.PENDING, events=(NewEvent("x"),), consume_signals=(signal.signal_id,)))
-        assert observable_state(store) == before
+            store.commit_decision(claim, claim.revision, Decision(RunStatus.PENDING, events=(NewEvent("x"),), consume_signals=(signal.signal_id,)))
+        assert self.observed(store) == before
 
+    @requires(Promise.SIGNALS)
     def test_consuming_another_runs_input_is_refused(self, store: Storage) -> None:
         """A decision cannot consume a signal that belongs to another run."""
         claim = self.started_and_claimed(store, "run-1")
-        self.blocked(store, "other")
+        self.waiting(store, "other")
         foreign = store.send_signal("other", "go", {}, "sig-1").signal
         assert foreign is not None
-        before = observable_state(store)
+        before = self.observed(store)
         with pytest.raises(InvalidDecision):
             store.commit_decision(claim, 0, Decision(RunStatus.PENDING, consume_signals=(foreign.signal_id,)))
-        assert observable_state(store) == before
+        assert self.observed(store) == before
 
+    @requires(Promise.COMMANDS, Promise.TIMERS, Promise.SIGNALS, Promise.WAKE_ON_INPUT, Capability.TEST_CLOCK)
     def test_consuming_unfinished_or_foreign_work_is_refused(self, store: Storage) -> None:
         """A decision can consume only its own run's finished, unconsumed command results and fired timers:
         a claimed command, a scheduled timer, another run's result or an already consumed one is refused
@@ -375,20 +399,20 @@ class CommitChecks(AreaChecks):
             "another run's timer as a command": Decision(RunStatus.PENDING, consume_commands=(timer,)),
         }
         for what, bad in refused.items():
-            before = observable_state(store)
+            before = self.observed(store)
             with pytest.raises(InvalidDecision):
                 store.commit_decision(claim, 1, replace(bad, events=(NewEvent("x"),)))
                 pytest.fail(f"a decision consuming {what} was committed")
-            assert observable_state(store) == before, f"a refused decision consuming {what} wrote something"
+            assert self.observed(store) == before, f"a refused decision consuming {what} wrote something"
         own = Decision(RunStatus.BLOCKED, consume_commands=(ids["op-2"],))
         assert store.commit_decision(claim, 1, own) is Outcome.COMMITTED
         store.send_signal("run-1", "wake", {}, "w-1")
         claim = self.claim_one(store)
-        before = observable_state(store)
+        before = self.observed(store)
         with pytest.raises(InvalidDecision):
             store.commit_decision(claim, 2, Decision(RunStatus.PENDING, consume_commands=(ids["op-2"],)))
             pytest.fail("a command result consumed by an earlier decision was consumed again")
-        assert observable_state(store) == before
+        assert self.observed(store) == before
         store.advance_test_clock(timedelta(seconds=10))
         assert [t.timer_id for t in store.fire_due_timers()] == [timer], "the refused timer no longer fires"
 
@@ -397,25 +421,26 @@ class CommitChecks(AreaChecks):
         claim = self.started_and_claimed(store)
         store.commit_decision(claim, 0, Decision(RunStatus.PENDING, events=(NewEvent("step", {}, "op-1"),)))
         claim = self.claim_one(store)
-        before = observable_state(store)
+        before = self.observed(store)
         with pytest.raises(InvalidDecision):
             store.commit_decision(claim, 1, Decision(RunStatus.PENDING, events=(NewEvent("x"), NewEvent("step", {}, "op-1"))))
-        assert observable_state(store) == before
+        assert self.observed(store) == before
 
     def test_malformed_decisions_are_refused(self, store: Storage) -> None:
         """Decisions that are not well-formed (running status, terminal with new work) are refused."""
         claim = self.started_and_claimed(store)
-        before = observable_state(store)
-        for bad in (
-            Decision(RunStatus.RUNNING),
-            Decision(RunStatus.COMPLETED, commands=(NewCommand("k", "n"),)),
-            Decision(RunStatus.PENDING, timers=(NewTimer("t"),)),
-        ):
+        before = self.observed(store)
+        malformed = [Decision(RunStatus.RUNNING)]
+        if self.promised(Promise.COMMANDS):
+            malformed.append(Decision(RunStatus.COMPLETED, commands=(NewCommand("k", "n"),)))
+        if self.promised(Promise.TIMERS):
+            malformed.append(Decision(RunStatus.PENDING, timers=(NewTimer("t"),)))
+        for bad in malformed:
             with pytest.raises(InvalidDecision):
                 store.commit_decision(claim, 0, bad)
-        assert observable_state(store) == before
+        assert self.observed(store) == before
 
-    @requires(Capability.CONCURRENT_CONNECTIONS)
+    @requires(Capability.CONCURRENT_CONNECTIONS, Promise.LEASES, Promise.SIGNALS)
     def test_parallel_commits_keep_histories_contiguous(self, open_store: Callable[..., Storage]) -> None:
         """Workers committing to different runs while signals land keep every history contiguous."""
         workers = [open_store() for _ in range(10)]

@@ -9,11 +9,12 @@ from functools import partial
 import pytest
 
 from kit.conformance._harness import AreaChecks, Threads, requires
-from kit.contract import Capability, InvalidArgument, Storage, digest_of
+from kit.contract import Capability, InvalidArgument, Promise, Storage, digest_of
 
 __all__ = ["DefinitionChecks"]
 
 
+@requires(Promise.DEFINITIONS)
 class DefinitionChecks(AreaChecks):
     area = "definitions"
 
@@ -34,7 +35,7 @@ class DefinitionChecks(AreaChecks):
     def test_ensure_is_repeatable(self, store: Storage) -> None:
         """Ensuring the same definition twice returns the same row (same created_at)."""
         first = store.ensure_definition("orders", "1", digest_of(b"v1"), b"v1")
-        store.advance_test_clock(timedelta(seconds=5))
+        self.let_time_pass(store, timedelta(seconds=5))
         assert store.ensure_definition("orders", "1", digest_of(b"v1"), b"v1") == first
 
     def test_get_absent_definition_is_none(self, store: Storage) -> None:

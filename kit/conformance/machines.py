@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kit.conformance._harness import AreaChecks, requires
-from kit.contract import Backend, Capability
+from kit.contract import Backend, Capability, Promise
 
 __all__ = ["MachineChecks"]
 
@@ -22,7 +22,7 @@ __all__ = ["MachineChecks"]
 class MachineChecks(AreaChecks):
     area = "machines"
 
-    @requires(Capability.TEST_CLOCK)
+    @requires(Capability.TEST_CLOCK, *Promise)
     def test_fault_machine_agrees_with_reference(self, kit_backend: Backend, request: pytest.FixtureRequest) -> None:
         """Under generated crashes, expired leases, stale completions, clock skew, lost acks, duplicates and
         races, every answer and the whole state match the reference engine after every step."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -16,6 +15,7 @@ from kit.contract import (
     DefinitionNotFound,
     DefinitionRef,
     NewEvent,
+    Promise,
     RunAlreadyExists,
     RunStatus,
     StartResult,
@@ -24,7 +24,7 @@ from kit.contract import (
     iter_pages,
 )
 from kit.contract.outcomes import Outcome
-from kit.inspect import observable_state, observable_state_from_reads
+from kit.inspect import observable_state_from_reads
 
 __all__ = ["RunChecks"]
 
@@ -35,20 +35,25 @@ class RunChecks(AreaChecks):
     def test_start_creates_pending_run(self, store: Storage) -> None:
         """start_run() creates a pending run at revision 0, generation 0, with its input and definition."""
         ref = self.define(store)
+        earliest = store.now()
         result = store.start_run("run-1", ref, {"order": 42})
+        latest = store.now()
         run = result.run
         assert result.created
         assert (run.status, run.revision, run.claim_generation, run.claim_owner) == (RunStatus.PENDING, 0, 0, None)
         assert run.input == {"order": 42} and run.definition == ref
-        assert run.created_at == store.now() and run.output is None and not run.cancel_requested
+        assert earliest <= run.created_at <= latest, "created_at is not the store clock's time of the start"
+        assert run.output is None and not run.cancel_requested
         assert store.get_run("run-1") == run
 
+    @requires(Promise.DEFINITIONS)
     def test_start_requires_an_ensured_definition(self, store: Storage) -> None:
         """start_run() with an unknown definition raises DefinitionNotFound and stores nothing."""
         with pytest.raises(DefinitionNotFound):
             store.start_run("run-1", DefinitionRef("ghost", "1", digest_of(b"x")))
         assert store.get_run("run-1") is None
 
+    @requires(Promise.DEFINITIONS)
     def test_start_requires_the_stored_digest(self, store: Storage) -> None:
         """start_run() naming a different digest than the stored one raises DefinitionMismatch."""
         ref = self.define(store, body=b"v1")
@@ -60,7 +65,7 @@ class RunChecks(AreaChecks):
         """A repeated idempotency key returns the existing run with created=False and changes nothing."""
         ref = self.define(store)
         first = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
-        store.advance_test_clock(timedelta(seconds=1))
+        self.let_time_pass(store)
         again = store.start_run("run-2", ref, {"v": 2}, idempotency_key="order-42")
         assert not again.created and again.run == first.run
         assert store.get_run("run-2") is None and store.get_run("run-1") == first.run
@@ -69,16 +74,16 @@ class RunChecks(AreaChecks):
         """A retried start (same run id and key, its ack lost) returns the run as it now is, created=False, changing nothing."""
         ref = self.define(store)
         first = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
-        store.advance_test_clock(timedelta(seconds=1))
-        before = observable_state(store)
+        self.let_time_pass(store)
+        before = self.observed(store)
         again = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
         assert not again.created and again.run == first.run, f"the retry did not return the existing run: {again}"
-        assert observable_state(store) == before, "the retried start changed the store"
+        assert self.observed(store) == before, "the retried start changed the store"
         self.claim_one(store)
-        before = observable_state(store)
+        before = self.observed(store)
         late = store.start_run("run-1", ref, {"v": 1}, idempotency_key="order-42")
         assert not late.created and late.run == store.get_run("run-1"), f"a retry after a claim did not return the run as it is: {late}"
-        assert late.run.status is RunStatus.RUNNING and observable_state(store) == before, "the late retry changed the run"
+        assert late.run.status is RunStatus.RUNNING and self.observed(store) == before, "the late retry changed the run"
 
     def test_duplicate_run_id_is_refused(self, store: Storage) -> None:
         """Starting an existing run id without its idempotency key raises RunAlreadyExists."""
@@ -160,6 +165,7 @@ class RunChecks(AreaChecks):
         assert [e.seq for e in store.get_history("run-1", after_seq=2, limit=2)] == [3, 4]
         assert [e.payload["i"] for e in store.get_history("run-1")] == [0, 1, 2, 3, 4]
 
+    @requires(Promise.COMMANDS, Promise.TIMERS, Promise.SIGNALS)
     def test_export_state_matches_reads(self, store: Storage) -> None:
         """A store's optional export_state() shows exactly what its individual reads show."""
         if not callable(getattr(store, "export_state", None)):
@@ -173,6 +179,7 @@ class RunChecks(AreaChecks):
         assert exported == observable_state_from_reads(store)
         assert list(exported) == ["a", "b", "c", "d"]
 
+    @requires(Promise.CANCEL_REQUESTS, Promise.WAKE_ON_INPUT)
     def test_cancel_request_marks_and_wakes_blocked_run(self, store: Storage) -> None:
         """request_cancel() sets cancel_requested and makes a blocked run runnable."""
         self.blocked(store)
@@ -182,14 +189,16 @@ class RunChecks(AreaChecks):
         assert run.status is RunStatus.PENDING
         assert self.claim_one(store).run_id == "run-1"
 
+    @requires(Promise.CANCEL_REQUESTS)
     def test_cancel_request_twice_is_duplicate(self, store: Storage) -> None:
         """A second request_cancel() on the same run is a duplicate and changes nothing."""
-        self.blocked(store)
+        self.waiting(store)
         store.request_cancel("run-1", "first")
         before = store.get_run("run-1")
         assert store.request_cancel("run-1", "second") is Outcome.DUPLICATE
         assert store.get_run("run-1") == before
 
+    @requires(Promise.CANCEL_REQUESTS)
     def test_cancel_request_on_closed_or_absent_run(self, store: Storage) -> None:
         """request_cancel() is 'terminal' on a closed run and 'not_found' on an unknown one."""
         self.completed(store)
@@ -198,6 +207,7 @@ class RunChecks(AreaChecks):
         assert store.get_run("run-1") == before
         assert store.request_cancel("ghost") is Outcome.NOT_FOUND
 
+    @requires(Promise.CANCEL_REQUESTS, Promise.WAKE_ON_INPUT)
     def test_cancel_request_on_running_run_is_honoured_by_commit(self, store: Storage) -> None:
         """A cancel landing on a running run marks it, and a blocked commit then leaves it runnable."""
         claim = self.started_and_claimed(store)

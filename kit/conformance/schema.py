@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from kit.conformance._harness import TENANT, AreaChecks, Threads, requires
-from kit.contract import Capability, Database, SchemaError, Storage, StorageError
+from kit.contract import Capability, Database, Promise, SchemaError, Storage, StorageError
 from kit.faults import InjectedFault
 from kit.migrate import Migration
 
@@ -39,6 +39,7 @@ class SchemaChecks(AreaChecks):
         assert store.migrate() == []
         store.verify_schema()
 
+    @requires(Promise.SCHEMA_CHECKSUMS)
     def test_verify_fails_closed_on_absent_schema(self, open_store: Callable[..., Storage]) -> None:
         """verify_schema() raises 'absent' on a database nothing was migrated into."""
         store = open_store(migrate=False)
@@ -46,6 +47,7 @@ class SchemaChecks(AreaChecks):
             store.verify_schema()
         assert info.value.problem == "absent"
 
+    @requires(Promise.SCHEMA_CHECKSUMS)
     def test_verify_fails_closed_on_partial_schema(self, database: Database, open_store: Callable[..., Storage]) -> None:
         """verify_schema() raises 'partial' when the code knows a migration the database lacks."""
         shipped = self._shipped(database)
@@ -54,6 +56,7 @@ class SchemaChecks(AreaChecks):
             open_store(migrate=False, migrations=[*shipped, PROBE]).verify_schema()
         assert info.value.problem == "partial"
 
+    @requires(Promise.SCHEMA_CHECKSUMS)
     def test_verify_fails_closed_on_newer_schema(self, database: Database, open_store: Callable[..., Storage]) -> None:
         """verify_schema() raises 'newer' when the database has a migration the code does not know."""
         shipped = self._shipped(database)
@@ -62,6 +65,7 @@ class SchemaChecks(AreaChecks):
             open_store(migrate=False, migrations=shipped).verify_schema()
         assert info.value.problem == "newer"
 
+    @requires(Promise.SCHEMA_CHECKSUMS)
     def test_verify_fails_closed_on_tampered_migration(self, database: Database, open_store: Callable[..., Storage]) -> None:
         """verify_schema() raises 'tampered' when an applied file's checksum changed."""
         shipped = self._shipped(database)
@@ -71,7 +75,7 @@ class SchemaChecks(AreaChecks):
             open_store(migrate=False, migrations=changed).verify_schema()
         assert info.value.problem == "tampered"
 
-    @requires(Capability.STATEMENT_FAULTS)
+    @requires(Capability.STATEMENT_FAULTS, Promise.SCHEMA_CHECKSUMS)
     def test_failed_migration_is_not_recorded_and_can_be_rerun(
         self, database: Database, open_store: Callable[..., Storage]
     ) -> None:
@@ -95,7 +99,7 @@ class SchemaChecks(AreaChecks):
         assert open_store(migrate=False, migrations=wanted).migrate() == ["900_kit_probe"]
         open_store(migrate=False, migrations=wanted).verify_schema()
 
-    @requires(Capability.CONCURRENT_CONNECTIONS)
+    @requires(Capability.CONCURRENT_CONNECTIONS, Promise.SCHEMA_CHECKSUMS)
     def test_concurrent_migrate_applies_each_file_once(self, database: Database, open_store: Callable[..., Storage]) -> None:
         """Two processes migrating at once both succeed and every file is applied exactly once."""
         shipped = self._shipped(database)

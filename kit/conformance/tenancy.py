@@ -7,32 +7,31 @@ from datetime import timedelta
 
 import pytest
 
-from kit.conformance._harness import LEASE, AreaChecks
+from kit.conformance._harness import LEASE, AreaChecks, requires
 from kit.contract import (
     Capability,
     Decision,
     NewCommand,
     NewEvent,
     NewTimer,
+    Promise,
     RunClaim,
     RunStatus,
     Snapshot,
     Storage,
 )
 from kit.contract.outcomes import Outcome
-from kit.inspect import observable_state
 
 __all__ = ["TenancyChecks"]
 
 
+@requires(Promise.TENANCY)
 class TenancyChecks(AreaChecks):
     area = "tenancy"
 
     @pytest.fixture
-    def other(self, open_store: Callable[..., Storage], kit_backend: object) -> Storage:
+    def other(self, open_store: Callable[..., Storage]) -> Storage:
         """A store for another tenant on the same database."""
-        if Capability.TENANCY not in kit_backend.capabilities:  # type: ignore[attr-defined]
-            pytest.skip(f"unsupported: backend {kit_backend.name!r} does not declare tenancy")  # type: ignore[attr-defined]
         return open_store("tenant-b")
 
     def test_other_tenants_runs_are_invisible(self, store: Storage, other: Storage) -> None:
@@ -48,13 +47,14 @@ class TenancyChecks(AreaChecks):
         assert other.claim_runs("w-b", LEASE, limit=10) == []
         assert self.claim_one(store).run_id == "run-1"
 
+    @requires(Promise.SIGNALS, Promise.CANCEL_REQUESTS)
     def test_other_tenants_runs_are_unsignalable(self, store: Storage, other: Storage) -> None:
         """A signal or cancel aimed at another tenant's run is not_found and changes nothing."""
-        self.blocked(store)
+        self.waiting(store)
         assert other.send_signal("run-1", "go", {}, "s").outcome is Outcome.NOT_FOUND
         assert other.request_cancel("run-1") is Outcome.NOT_FOUND
         assert store.list_signals("run-1") == []
-        assert store.get_run("run-1").status is RunStatus.BLOCKED  # type: ignore[union-attr]
+        assert store.get_run("run-1").status is self.waiting_status()  # type: ignore[union-attr]
 
     def test_other_tenants_claim_cannot_commit(self, store: Storage, other: Storage) -> None:
         """A claim from one tenant is not_found when used through another tenant's store."""
@@ -69,16 +69,18 @@ class TenancyChecks(AreaChecks):
         assert b_result.created and b_result.run.input == {"t": "b"}
         assert store.get_run("run-1") == a
 
+    @requires(Promise.DEFINITIONS)
     def test_definitions_are_per_tenant(self, store: Storage, other: Storage) -> None:
         """Definitions of one tenant are invisible to another."""
         self.define(store, "wf", b"tenant a body")
         assert other.get_definition("wf", "1") is None
 
+    @requires(Promise.COMMANDS, Promise.TIMERS, Capability.TEST_CLOCK)
     def test_other_tenants_commands_and_timers_are_untouched(self, store: Storage, other: Storage) -> None:
         """Another tenant's commands are never claimed and its timers never fired."""
         claim = self.started_and_claimed(store)
         store.commit_decision(claim, 0, Decision(
-            RunStatus.BLOCKED, commands=(NewCommand("op", "x"),), timers=(NewTimer("t", delay=timedelta(seconds=1)),)
+            self.waiting_status(), commands=(NewCommand("op", "x"),), timers=(NewTimer("t", delay=timedelta(seconds=1)),)
         ))
         store.advance_test_clock(timedelta(seconds=2))
         assert other.claim_commands("w-b", LEASE, limit=10) == []
@@ -94,16 +96,17 @@ class TenancyChecks(AreaChecks):
         assert (a.generation, b.generation) == (1, 1), f"expected generation 1 in both tenants, got {a} and {b}"
         return a, b
 
-    @staticmethod
-    def _keyed_decision(tenant: str) -> Decision:
-        """Blocks on command ``op`` and timer ``t``, recording event ``op``; payloads name the tenant."""
+    def _keyed_decision(self, tenant: str, timers: bool = True) -> Decision:
+        """Waits on command ``op`` and timer ``t`` (unless ``timers`` is false), recording event ``op``;
+        payloads name the tenant."""
         return Decision(
-            RunStatus.BLOCKED,
+            self.waiting_status(),
             events=(NewEvent("command-scheduled", {"tenant": tenant}, operation_key="op"),),
             commands=(NewCommand("op", "do-work", {"tenant": tenant}),),
-            timers=(NewTimer("t", delay=timedelta(seconds=10)),),
+            timers=(NewTimer("t", delay=timedelta(seconds=10)),) if timers else (),
         )
 
+    @requires(Promise.GENERATION_FENCING, Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS, Capability.TEST_CLOCK)
     def test_colliding_run_id_is_untouched_by_other_tenant(self, store: Storage, other: Storage) -> None:
         """Another tenant's commit, signal, timer and command on the same run id leave this tenant's run untouched."""
         a, b = self._run_1_claimed_in_both(store, other)
@@ -123,12 +126,13 @@ class TenancyChecks(AreaChecks):
         loaded = (snapshot.history, snapshot.command_results, snapshot.signals, snapshot.timers)
         assert snapshot.run == b_run and loaded == ((), (), (), ()), f"the snapshot holds another tenant's data: {snapshot}"
 
+    @requires(Promise.GENERATION_FENCING, Promise.EXPECTED_REVISION, Promise.COMMANDS, Promise.SIGNALS, Promise.TIMERS)
     def test_colliding_run_id_keeps_keys_per_tenant(self, store: Storage, other: Storage) -> None:
         """On a run id another tenant also uses, history starts at seq 1 and no key is deduplicated across tenants."""
         a, b = self._run_1_claimed_in_both(store, other)
         assert store.commit_decision(a, a.revision, self._keyed_decision("a")) is Outcome.COMMITTED
         assert store.send_signal("run-1", "go", {"tenant": "a"}, "s").created
-        a_state = observable_state(store)
+        a_state = self.observed(store)
         assert other.commit_decision(b, b.revision, self._keyed_decision("b")) is Outcome.COMMITTED
         receipt = other.send_signal("run-1", "go", {"tenant": "b"}, "s")
         assert receipt.outcome is Outcome.COMMITTED and receipt.created, f"signal deduplicated across tenants: {receipt}"
@@ -142,22 +146,23 @@ class TenancyChecks(AreaChecks):
         assert signals == [("s", {"tenant": "b"})], f"signal not created fresh in this tenant: {signals}"
         b_run = other.get_run("run-1")
         assert b_run is not None and b_run.revision == 1, f"expected revision 1 after one commit, got {b_run}"
-        assert observable_state(store) == a_state, "a tenant's writes changed another tenant's run of the same id"
+        assert self.observed(store) == a_state, "a tenant's writes changed another tenant's run of the same id"
 
+    @requires(Promise.GENERATION_FENCING, Promise.COMMANDS, Promise.LEASES)
     def test_other_tenants_command_claim_is_not_found(self, store: Storage, other: Storage) -> None:
         """A command claim used through another tenant's store is not_found there, even on a shared run id, and changes nothing."""
         a, _ = self._run_1_claimed_in_both(store, other)
-        assert store.commit_decision(a, a.revision, self._keyed_decision("a")) is Outcome.COMMITTED
+        assert store.commit_decision(a, a.revision, self._keyed_decision("a", timers=False)) is Outcome.COMMITTED
         claims = store.claim_commands("w1", LEASE)
         assert len(claims) == 1, f"expected one claimable command, got {claims}"
         cmd = claims[0]
         assert other.get_command(cmd.command_id) is None, "another tenant's command is readable here"
-        before = (observable_state(store), observable_state(other))
+        before = (self.observed(store), self.observed(other))
         outcomes = (
             other.heartbeat_command(cmd, LEASE),
             other.complete_command(cmd, {"tenant": "b"}),
             other.fail_command(cmd, {"tenant": "b"}, retryable=False),
         )
         assert outcomes == (Outcome.NOT_FOUND,) * 3, f"heartbeat, complete, fail through another tenant: {outcomes}"
-        assert (observable_state(store), observable_state(other)) == before, "another tenant's claim changed something"
+        assert (self.observed(store), self.observed(other)) == before, "another tenant's claim changed something"
         assert store.complete_command(cmd, {"tenant": "a"}) is Outcome.COMPLETED

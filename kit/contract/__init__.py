@@ -4,7 +4,7 @@
 vocabulary. Import from here, not from the submodules.
 """
 
-from kit.contract.capabilities import Capabilities, Capability, SkipKind
+from kit.contract.capabilities import ALL_PROMISES, Capabilities, Capability, Promise, SkipKind
 from kit.contract.entities import (
     JSON,
     ClockMode,
@@ -60,6 +60,7 @@ from kit.contract.protocol import (
 from kit.contract.validation import digest_of
 
 __all__ = [
+    "ALL_PROMISES",
     "COMMIT_PRECEDENCE",
     "JSON",
     "Backend",
@@ -90,6 +91,7 @@ __all__ = [
     "NewTimer",
     "NotInTransaction",
     "Outcome",
+    "Promise",
     "Run",
     "RunAlreadyExists",
     "RunClaim",

@@ -206,6 +206,9 @@ class RunClaim:
 
     Every fenced call checks owner, generation and a live lease against the
     store, never against this object's ``expires_at`` (which is informational).
+    ``token`` is an optional store-defined fencing token (for stores fenced by a
+    token rather than by worker + generation): the kit never reads, builds or
+    changes it, it only passes the claim back, token included, on every fenced call.
     """
 
     run_id: str
@@ -213,11 +216,16 @@ class RunClaim:
     generation: int
     expires_at: datetime
     revision: int
+    token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CommandClaim:
-    """A worker's claim on one command attempt."""
+    """A worker's claim on one command attempt.
+
+    ``token`` is an optional store-defined fencing token, passed back untouched
+    on every fenced call (see :class:`RunClaim`).
+    """
 
     command_id: str
     run_id: str
@@ -229,6 +237,7 @@ class CommandClaim:
     queue: str
     input: JSON
     operation_key: str
+    token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,25 @@ from kit.contract.entities import (
 )
 from kit.contract.outcomes import Outcome
 
-__all__ = ["Backend", "Database", "MigrationSpec", "StatementHook", "Storage", "Transaction"]
+__all__ = [
+    "Backend",
+    "CancelStore",
+    "ClockStore",
+    "CommandStore",
+    "Database",
+    "DecisionStore",
+    "DefinitionStore",
+    "LeaseStore",
+    "MigrationSpec",
+    "SchemaStore",
+    "SignalStore",
+    "StatementHook",
+    "Storage",
+    "StorageCore",
+    "TimerStore",
+    "Transaction",
+    "UnitOfWorkStore",
+]
 
 #: Called with each SQL statement (or, for non-SQL stores, each named write step)
 #: before it runs; raising from it fails that statement. The fault layer's seam.
@@ -72,42 +90,19 @@ class Transaction(Protocol):
         """Run ``callback`` once after the outermost commit; never after a rollback."""
 
 
-@runtime_checkable
-class Storage(Protocol):
+class StorageCore(Protocol):
+    """What every store keeps: its identity, its lifecycle, runs started, read and listed.
+
+    Each protocol below is one promise family (``kit.contract.Promise``) or
+    capability; :class:`Storage` is all of them. A store that withholds a
+    family still has its methods, but the kit never calls them.
+    """
+
     tenant_id: str
     clock_mode: ClockMode
 
-    @property
-    def migrations(self) -> Sequence[MigrationSpec]:
-        """The migrations this store applies and verifies against, in order."""
-
     def close(self) -> None: ...
 
-    # -- schema lifecycle -------------------------------------------------
-    def migrate(self) -> list[str]:
-        """Apply missing numbered migrations in order; return the names applied.
-
-        Idempotent and safe when two processes run it at once.
-        """
-
-    def verify_schema(self) -> None:
-        """Raise :class:`~kit.contract.errors.SchemaError` unless the schema is exactly current."""
-
-    # -- store clock ------------------------------------------------------
-    def now(self) -> datetime:
-        """The store clock, read inside the database."""
-
-    def set_test_clock(self, at: datetime) -> None: ...
-
-    def advance_test_clock(self, by: timedelta) -> datetime: ...
-
-    # -- definitions ------------------------------------------------------
-    def ensure_definition(self, name: str, version: str, digest: str, body: bytes) -> Definition:
-        """Insert if (name, version) is absent; always return the stored row, untouched."""
-
-    def get_definition(self, name: str, version: str) -> Definition | None: ...
-
-    # -- runs -------------------------------------------------------------
     def start_run(
         self,
         run_id: str,
@@ -123,16 +118,57 @@ class Storage(Protocol):
     ) -> list[Run]:
         """Runs ordered by run id (code point order); ``after`` is the last id of the previous page."""
 
-    def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome: ...
-
     def get_history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]: ...
 
-    # -- decision claims --------------------------------------------------
+
+class SchemaStore(Protocol):
+    """Schema lifecycle (promise ``schema_checksums`` for verification)."""
+
+    @property
+    def migrations(self) -> Sequence[MigrationSpec]:
+        """The migrations this store applies and verifies against, in order."""
+
+    def migrate(self) -> list[str]:
+        """Apply missing numbered migrations in order; return the names applied.
+
+        Idempotent and safe when two processes run it at once.
+        """
+
+    def verify_schema(self) -> None:
+        """Raise :class:`~kit.contract.errors.SchemaError` unless the schema is exactly current."""
+
+
+class ClockStore(Protocol):
+    """The store clock (capabilities ``test_clock`` and ``database_clock``)."""
+
+    def now(self) -> datetime:
+        """The store clock, read inside the database."""
+
+    def set_test_clock(self, at: datetime) -> None: ...
+
+    def advance_test_clock(self, by: timedelta) -> datetime: ...
+
+
+class DefinitionStore(Protocol):
+    """Promise ``definitions``."""
+
+    def ensure_definition(self, name: str, version: str, digest: str, body: bytes) -> Definition:
+        """Insert if (name, version) is absent; always return the stored row, untouched."""
+
+    def get_definition(self, name: str, version: str) -> Definition | None: ...
+
+
+class CancelStore(Protocol):
+    """Promise ``cancel_requests``."""
+
+    def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome: ...
+
+
+class DecisionStore(Protocol):
+    """Claiming runs and committing decisions: the core, fenced by promises ``leases``,
+    ``generation_fencing`` and ``expected_revision``, whole by ``atomic_decision``."""
+
     def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]: ...
-
-    def renew_run_claim(self, claim: RunClaim, lease: timedelta) -> Outcome: ...
-
-    def release_run_claim(self, claim: RunClaim) -> Outcome: ...
 
     def load_claimed(self, claim: RunClaim) -> Snapshot | Outcome:
         """The snapshot, or the outcome (not_found / terminal / claim_lost) explaining why not."""
@@ -141,7 +177,18 @@ class Storage(Protocol):
         self, claim: RunClaim, expected_revision: int, decision: Decision
     ) -> Outcome: ...
 
-    # -- commands ---------------------------------------------------------
+
+class LeaseStore(Protocol):
+    """Promise ``leases``: claims end by expiry, renewal extends them, release gives them back."""
+
+    def renew_run_claim(self, claim: RunClaim, lease: timedelta) -> Outcome: ...
+
+    def release_run_claim(self, claim: RunClaim) -> Outcome: ...
+
+
+class CommandStore(Protocol):
+    """Promise ``commands`` (heartbeats also need ``leases``)."""
+
     def claim_commands(
         self,
         worker_id: str,
@@ -166,21 +213,48 @@ class Storage(Protocol):
 
     def list_commands(self, run_id: str) -> list[Command]: ...
 
-    # -- signals ----------------------------------------------------------
+
+class SignalStore(Protocol):
+    """Promise ``signals``."""
+
     def send_signal(self, run_id: str, name: str, payload: JSON, dedup_key: str) -> SignalReceipt: ...
 
     def list_signals(self, run_id: str) -> list[Signal]: ...
 
-    # -- timers -----------------------------------------------------------
+
+class TimerStore(Protocol):
+    """Promise ``timers``."""
+
     def fire_due_timers(self, limit: int = 100) -> list[Timer]: ...
 
     def list_timers(self, run_id: str) -> list[Timer]: ...
 
-    # -- unit of work -----------------------------------------------------
+
+class UnitOfWorkStore(Protocol):
+    """Promise ``unit_of_work``."""
+
     def transaction(self) -> AbstractContextManager[Transaction]: ...
 
     def lock_run(self, run_id: str) -> Run | None:
         """Row-lock a run inside an open transaction; raise NotInTransaction outside one."""
+
+
+@runtime_checkable
+class Storage(
+    StorageCore,
+    SchemaStore,
+    ClockStore,
+    DefinitionStore,
+    CancelStore,
+    DecisionStore,
+    LeaseStore,
+    CommandStore,
+    SignalStore,
+    TimerStore,
+    UnitOfWorkStore,
+    Protocol,
+):
+    """One open store: every promise family's operations."""
 
 
 class Database(Protocol):

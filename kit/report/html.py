@@ -17,7 +17,7 @@ from html import escape
 
 from kit.report._svg import bar_chart, colour, line_chart, timeline_chart
 from kit.report.matrix import area_matrix, areas, check_rows
-from kit.report.model import Report, RunRecord, Series, TimelineEvent
+from kit.report.model import NOT_PROMISED, Report, RunRecord, Series, TimelineEvent, not_promised_of
 
 __all__ = ["render_html"]
 
@@ -94,11 +94,11 @@ def _state_badge(report: Report) -> str:
 
 
 def _runs_table(report: Report) -> str:
-    head = ("run", "backend", "server", "driver", "seed", "profile", "checks", "passed", "failed", "skipped",
-            "duration", "state")
+    head = ("run", "backend", "server", "driver", "seed", "profile", "checks", "passed", "failed", "not promised",
+            "skipped", "duration", "state")
     rows = []
     for i, run in enumerate(report.runs):
-        counts = run.counts()
+        tally = run.tally()
         versions = run.meta.get("versions") or {}
         duration = (run.end or {}).get("duration_s")
         state = "complete" if run.complete else f"INCOMPLETE: {run.incomplete_reason}"
@@ -112,9 +112,10 @@ def _runs_table(report: Report) -> str:
             f"<td class=num>{_e(run.meta.get('seed', '') if run.meta.get('seed') is not None else '')}</td>",
             f"<td>{_e(run.meta.get('profile') or '')}</td>",
             f"<td class=num>{len(run.results)}</td>",
-            f"<td class=num>{counts['passed']}</td>",
-            f"<td class=num>{counts['failed'] + counts['error']}</td>",
-            f"<td class=num>{counts['skipped'] + counts['xfailed']}</td>",
+            f"<td class=num>{tally['passed']}</td>",
+            f"<td class=num>{tally['failed']}</td>",
+            f"<td class=num>{tally[NOT_PROMISED]}</td>",
+            f"<td class=num>{tally['skipped']}</td>",
             f"<td class=num>{f'{duration:.1f} s' if isinstance(duration, (int, float)) else ''}</td>",
             f'<td class="{"" if run.complete and not run.unreachable else "st-fail"}">{_e(state)}</td>',
         ]
@@ -184,12 +185,28 @@ def _checks(report: Report) -> str:
     return "".join(parts)
 
 
+def _not_promised(report: Report) -> str:
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for run in report.runs:
+        for r in run.results:
+            if r.get("outcome") in ("skipped", "xfailed") and r.get("skip_kind") == NOT_PROMISED:
+                grouped[not_promised_of(r)].append(f"{run.label}: {r.get('check')}")
+    if not grouped:
+        return '<p class="empty">None: every check\'s promises were made.</p>'
+    rows = "".join(f"<tr><td>{_e(promises)}</td><td class=num>{len(who)}</td><td>{_e(', '.join(sorted(who)[:12]))}"
+                   f"{' …' if len(who) > 12 else ''}</td></tr>" for promises, who in sorted(grouped.items()))
+    return ("<table id=not-promised><thead><tr><th>promises not made</th><th>checks</th><th>which</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
 def _skips(report: Report) -> str:
     grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for run in report.runs:
         for r in run.results:
             if r.get("outcome") in ("skipped", "xfailed"):
                 kind = str(r.get("skip_kind") or "unsupported")
+                if kind == NOT_PROMISED:
+                    continue
                 grouped[(kind, str(r.get("message", "")))].append(f"{run.label}: {r.get('check')}")
         if run.unreachable:
             grouped[("not-reachable", run.unreachable)].append(f"{run.label}: every check")
@@ -278,6 +295,7 @@ def render_html(report: Report) -> str:
 <section><h2>Contract areas × backend</h2>{_matrix(report)}</section>
 <section><h2>Failures</h2>{_failures(report)}</section>
 <section><h2>Which backend keeps which guarantee</h2>{_checks(report)}</section>
+<section><h2>Not promised</h2>{_not_promised(report)}</section>
 <section><h2>Skipped and expected failures</h2>{_skips(report)}</section>
 <section><h2>Durations per contract area</h2>{_durations(report)}</section>
 <section id="stress"><h2>Latency and throughput</h2>{_series_plots(report)}

@@ -14,7 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from kit.report.model import Report, RunRecord
+from kit.report.model import NOT_PROMISED, Report, RunRecord
 
 __all__ = ["render_junit"]
 
@@ -96,6 +96,10 @@ def _suite(run: RunRecord) -> ET.Element:
             errors += 1
         else:
             skipped += 1
+    # Not-promised skips are counted apart (each is also a <skipped type="not-promised">).
+    not_promised = sum(1 for r in run.results if r.get("skip_kind") == NOT_PROMISED)
+    ET.SubElement(props, "property", name="not_promised", value=str(not_promised))
+    ET.SubElement(props, "property", name="skipped_other", value=str(skipped - not_promised))
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

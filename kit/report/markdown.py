@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from kit.report.matrix import area_matrix, check_rows
-from kit.report.model import Report, RunRecord
+from kit.report.model import NOT_PROMISED, Report, RunRecord, not_promised_of
 
 __all__ = ["render_summary"]
 
@@ -22,7 +22,7 @@ def _code(text: str) -> str:
 
 
 def _run_row(run: RunRecord) -> str:
-    counts = run.counts()
+    tally = run.tally()
     versions = run.meta.get("versions") or {}
     state = "complete" if run.complete else f"**INCOMPLETE**: {run.incomplete_reason}"
     if run.unreachable:
@@ -31,7 +31,7 @@ def _run_row(run: RunRecord) -> str:
     return "| " + " | ".join(_cell(str(v)) for v in (
         run.label, versions.get("server", "") or run.meta.get("description", ""), versions.get("driver", ""),
         run.meta.get("seed", ""), run.meta.get("profile", "") or "", len(run.results),
-        counts["passed"], counts["failed"] + counts["error"], counts["skipped"] + counts["xfailed"],
+        tally["passed"], tally["failed"], tally[NOT_PROMISED], tally["skipped"],
         f"{duration:.1f} s" if isinstance(duration, (int, float)) else "", state,
     )) + " |"
 
@@ -47,8 +47,9 @@ def render_summary(report: Report) -> str:
         out.append(f"> note: {note}")
     if report.notes:
         out.append("")
-    out += ["| run | server | driver | seed | profile | checks | passed | failed | skipped | duration | state |",
-            "|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    out += [("| run | server | driver | seed | profile | checks | passed | failed | not promised | skipped | duration "
+             "| state |"),
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     out += [_run_row(run) for run in report.runs]
     versions = report.runs[0].meta.get("versions", {}) if report.runs else {}
     if versions:
@@ -90,12 +91,25 @@ def render_summary(report: Report) -> str:
         for error in (run.end or {}).get("collection_errors", []) or []:
             out.append(f"- {_cell(run.label)}: collection error: {_cell(str(error))[:500]}")
 
+    not_promised: dict[str, Counter[str]] = defaultdict(Counter)
     skipped: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for run in report.runs:
         for r in run.results:
             if r.get("outcome") in ("skipped", "xfailed"):
                 kind = str(r.get("skip_kind") or "unsupported")
-                skipped[(kind, str(r.get("message", "")))][run.label] += 1
+                if kind == NOT_PROMISED:
+                    not_promised[not_promised_of(r)][run.label] += 1
+                else:
+                    skipped[(kind, str(r.get("message", "")))][run.label] += 1
+    out += ["", "## Not promised", ""]
+    if not_promised:
+        out += [("Checks skipped because the store does not make a promise they need (neither a failure nor a "
+                 "missing capability):"), "", "| promises not made | runs (checks) |", "|---|---|"]
+        for promises, per_run in sorted(not_promised.items()):
+            runs = ", ".join(f"{label} ({n})" for label, n in sorted(per_run.items()))
+            out.append(f"| {_cell(promises)} | {_cell(runs)} |")
+    else:
+        out.append("None: every check's promises were made.")
     out += ["", "## Skipped and expected failures", ""]
     if skipped:
         out += ["| kind | reason | runs (checks) |", "|---|---|---|"]

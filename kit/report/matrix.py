@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.report.model import FAILED, Report, RunRecord, result_key
+from kit.report.model import FAILED, NOT_PROMISED, Report, RunRecord, result_key
 
 __all__ = ["Cell", "CheckRow", "area_matrix", "areas", "check_rows", "outcome_status"]
 
@@ -33,6 +33,8 @@ class Cell:
     skipped: int = 0
     reasons: tuple[str, ...] = ()
     """Typed skip reasons (``unsupported: ...``), most frequent first."""
+    not_promised: int = 0
+    """How many of the skipped checks were skipped as not promised."""
 
     @property
     def total(self) -> int:
@@ -42,8 +44,12 @@ class Cell:
         """Short cell text for Markdown and HTML: ``pass 9``, ``FAIL 2/27``, ``skip 1 (unsupported)``."""
         if self.status == "fail":
             return f"FAIL {self.failed}/{self.total}"
+        other = self.skipped - self.not_promised
         if self.status == "pass":
-            return f"pass {self.passed}" + (f" · skip {self.skipped}" if self.skipped else "")
+            return (f"pass {self.passed}" + (f" · not promised {self.not_promised}" if self.not_promised else "")
+                    + (f" · skip {other}" if other else ""))
+        if self.status == "skip" and self.not_promised == self.skipped:
+            return f"not promised {self.skipped}"
         if self.status == "skip":
             kinds = sorted({r.split(":", 1)[0] for r in self.reasons})
             return f"skip {self.skipped}" + (f" ({', '.join(kinds)})" if kinds else "")
@@ -64,7 +70,9 @@ def cell_of(run: RunRecord, results: list[dict[str, Any]]) -> Cell:
     counts = Counter(outcome_status(str(r.get("outcome"))) for r in results)
     reasons = Counter(_reason(r) for r in results if outcome_status(str(r.get("outcome"))) == "skip")
     status = "fail" if counts["fail"] else "pass" if counts["pass"] else "skip"
-    return Cell(status, counts["pass"], counts["fail"], counts["skip"], tuple(r for r, _ in reasons.most_common()))
+    not_promised = sum(1 for r in results if r.get("skip_kind") == NOT_PROMISED and outcome_status(str(r.get("outcome"))) == "skip")
+    return Cell(status, counts["pass"], counts["fail"], counts["skip"], tuple(r for r, _ in reasons.most_common()),
+                not_promised)
 
 
 def areas(report: Report) -> list[str]:

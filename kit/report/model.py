@@ -19,12 +19,16 @@ __all__ = [
     "HTML",
     "JOURNAL",
     "JUNIT",
+    "NOT_PROMISED",
     "RESULTS",
     "SUMMARY",
+    "TALLY",
     "Report",
     "RunRecord",
     "Series",
     "TimelineEvent",
+    "column_of",
+    "not_promised_of",
     "now_iso",
     "result_key",
 ]
@@ -38,6 +42,33 @@ HTML = "index.html"
 
 FAILED = ("failed", "error")
 """Outcomes that mean a guarantee was not kept (or the check could not run)."""
+
+
+NOT_PROMISED = "not-promised"
+
+#: The columns every rendering counts a run's results in, in order.
+TALLY = ("passed", "failed", NOT_PROMISED, "skipped")
+
+
+def column_of(result: dict[str, Any]) -> str:
+    """The tally column of one result: ``passed``, ``failed`` (errors too), ``not-promised`` (the store does
+    not make a promise the check needs) or ``skipped`` (unsupported, not reachable, expected failures)."""
+    outcome = str(result.get("outcome"))
+    if outcome in FAILED:
+        return "failed"
+    if outcome in ("skipped", "xfailed"):
+        return NOT_PROMISED if result.get("skip_kind") == NOT_PROMISED else "skipped"
+    return outcome
+
+
+def not_promised_of(result: dict[str, Any]) -> str:
+    """The promises a not-promised skip names (``timers, leases``), from its reason."""
+    message = str(result.get("message", ""))
+    marker = " does not promise "
+    if marker in message:
+        return message.split(marker, 1)[1].strip()
+    marker = "promises none of "
+    return message.split(marker, 1)[1].strip() if marker in message else message
 
 
 def now_iso() -> str:
@@ -141,6 +172,11 @@ class RunRecord:
     def counts(self) -> Counter[str]:
         return Counter(str(r.get("outcome")) for r in self.results)
 
+    def tally(self) -> dict[str, int]:
+        """Results per column of :data:`TALLY`: not-promised skips counted apart from the other skips."""
+        counts = Counter(column_of(r) for r in self.results)
+        return {column: counts[column] for column in TALLY}
+
     @property
     def failed(self) -> list[dict[str, Any]]:
         return [r for r in self.results if r.get("outcome") in FAILED]
@@ -158,6 +194,7 @@ class RunRecord:
             "unreachable": self.unreachable,
             "end": self.end,
             "counts": {k: counts[k] for k in sorted(counts)},
+            "tally": self.tally(),
             "results": self.results,
             "series": [s.to_json() for s in self.series],
             "timeline": [e.to_json() for e in self.events],
@@ -166,7 +203,7 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "") -> RunRecord:
-        derived = {"id", "complete", "incomplete_reason", "unreachable", "end", "counts", "results", "series",
+        derived = {"id", "complete", "incomplete_reason", "unreachable", "end", "counts", "tally", "results", "series",
                    "timeline", "source"}
         meta = {k: v for k, v in data.items() if k not in derived}
         return cls(
@@ -199,8 +236,10 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         totals: Counter[str] = Counter()
+        tally: Counter[str] = Counter({column: 0 for column in TALLY})
         for run in self.runs:
             totals.update(run.counts())
+            tally.update(run.tally())
         return {
             "format": FORMAT,
             "name": self.name,
@@ -211,6 +250,7 @@ class Report:
             "sources": self.sources,
             "notes": self.notes,
             "totals": {k: totals[k] for k in sorted(totals)},
+            "tally": {column: tally[column] for column in TALLY},
             "runs": [run.to_json() for run in self.runs],
         }
 
