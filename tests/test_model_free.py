@@ -4,26 +4,24 @@ an invariant die under it alone, its failures replay, and a store is given only 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from kit.cli import main as kit_main
-from kit.contract import Backend, Capabilities, Capability
+from kit.contract import Backend, Capability, ConfigurationError, Promise
 from kit.machines.bundle import load_bundle, make_bundle, replay, save_bundle
 from kit.machines.machine import Profile
 from kit.machines.model_free import (
     MODEL_FREE,
     REFERENCE,
-    WORKFLOW_PROMISES,
     choose_machine,
     step_families,
 )
 from kit.machines.model_free_machine import run_model_free
 from kit.pytest_plugin import use_backend
-from kit.reference import MemoryBackend
+from tests.promise_stores import WithholdingBackend
 from tests.seeded_bugs._base import SeededBug
 from tests.seeded_bugs.sqlite_bugs import SQLITE_BUGS
 
@@ -136,54 +134,49 @@ def test_replay_command_replays_in_the_recorded_machine(recorded: Path, capsys: 
 
 
 # -- a store that withholds promises ------------------------------------------------
-@dataclass(frozen=True)
-class _Promising(Capabilities):
-    """Capabilities with the promise families a store declares."""
-
-    promises: frozenset[str] = frozenset()
-
-
-class _NoTimers(MemoryBackend):
-    """The reference engine, declaring every workflow promise except timers."""
-
-    name = "memory-without-timers"
-    capabilities = _Promising(supported=MemoryBackend.capabilities.supported,
-                              promises=frozenset(WORKFLOW_PROMISES) - {"timers"})
-
-
-class _NoTimeAtAll(MemoryBackend):
-    """The reference engine declaring neither timers, leases nor a test clock (it runs on the database clock)."""
-
-    name = "memory-without-time"
-    capabilities = _Promising(supported=MemoryBackend.capabilities.supported - {Capability.TEST_CLOCK},
-                              promises=frozenset(WORKFLOW_PROMISES) - {"timers", "leases"})
+#: Stores that withhold promise families (tests.promise_stores): every operation of a withheld family raises
+#: ``Withheld`` (the machine would then fail with an error), and withheld behaviours are really broken.
+WITHHOLDING = {
+    "no-timers": lambda: WithholdingBackend([Promise.TIMERS]),
+    "no-test-clock": lambda: WithholdingBackend(test_clock=False),
+    "no-fencing-no-revisions": lambda: WithholdingBackend([Promise.GENERATION_FENCING, Promise.EXPECTED_REVISION]),
+    "durable-functions-like": lambda: WithholdingBackend([Promise.LEASES, Promise.TIMERS, Promise.WAKE_ON_INPUT]),
+}
 
 
 def test_selection_follows_the_promises(sqlite: Backend) -> None:
     """The reference-comparing machine for a store that promises everything, the model-free one otherwise;
     an explicit choice is taken as asked."""
     assert choose_machine(sqlite) == REFERENCE
-    assert choose_machine(_NoTimers()) == MODEL_FREE
-    assert choose_machine(_NoTimeAtAll()) == MODEL_FREE
+    assert choose_machine(WithholdingBackend()) == REFERENCE
+    assert choose_machine(WithholdingBackend([Promise.TIMERS])) == MODEL_FREE
+    assert choose_machine(WithholdingBackend(test_clock=False)) == MODEL_FREE
     assert choose_machine(sqlite, MODEL_FREE) == MODEL_FREE
-    assert choose_machine(_NoTimers(), REFERENCE) == REFERENCE
-    assert "timers" not in step_families(_NoTimers()) and "timers" in step_families(sqlite)
+    assert choose_machine(WithholdingBackend([Promise.TIMERS]), REFERENCE) == REFERENCE
+    with pytest.raises(ConfigurationError, match="model-free"):
+        choose_machine(sqlite, "oracle")
+    assert "timers" not in step_families(WithholdingBackend([Promise.TIMERS])) and "timers" in step_families(sqlite)
     assert "timers" not in step_families(sqlite, allowed=set(step_families(sqlite)) - {"timers"})
 
 
-@pytest.mark.parametrize("backend_cls", [_NoTimers, _NoTimeAtAll], ids=["no-timers", "no-time"])
-def test_store_that_withholds_promises_gets_none_of_their_steps(backend_cls: type[MemoryBackend]) -> None:
-    """A store without timers is never asked to fire, schedule or wait for one (nor, without leases and a test
-    clock, to outlive a lease), and keeps every invariant of what it does promise."""
-    outcome = run_model_free(backend_cls(), Profile("small", max_examples=20, steps=30), SEED, shrink=False)
+@pytest.mark.parametrize("make", WITHHOLDING.values(), ids=WITHHOLDING.keys())
+def test_store_that_withholds_promises_gets_none_of_their_steps(make: Callable[[], WithholdingBackend]) -> None:
+    """A store is never given an operation of a family it withholds (no timer fired, scheduled or waited for,
+    no clock moved without a test clock, no lease renewed or outlived, no blocked decision without wake-up on
+    input, no stale claim or unexpected revision without fencing), and keeps every invariant of what it does
+    promise."""
+    backend = make()
+    outcome = run_model_free(backend, Profile("small", max_examples=20, steps=30), SEED, shrink=False)
     assert outcome.error is None, outcome.error
     assert outcome.failure is None, outcome.failure["message"]
-    kinds = outcome.extra["kinds"]
-    assert {k: kinds[k] for k in TIMER_KINDS if k in kinds} == {}
-    assert kinds.get("commit") and kinds.get("claim_runs") and kinds.get("lost_ack")
-    if backend_cls is _NoTimeAtAll:
+    kinds, withheld = outcome.extra["kinds"], backend.withheld
+    assert kinds.get("commit") and kinds.get("claim_runs") and kinds.get("lost_ack") and kinds.get("crash")
+    if Promise.TIMERS in withheld:
+        assert {k: kinds[k] for k in TIMER_KINDS if k in kinds} == {}
+    if Capability.TEST_CLOCK not in backend.capabilities.supported:
         assert not any(k.startswith("advance") for k in kinds), kinds
-        assert "renew" not in kinds
+    if Promise.LEASES in withheld:
+        assert "renew" not in kinds and "advance_to:lease" not in kinds
 
 
 def test_check_command_takes_a_machine(capsys: pytest.CaptureFixture[str]) -> None:

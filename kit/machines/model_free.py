@@ -26,6 +26,7 @@ from kit.contract import (
     ClockMode,
     ConfigurationError,
     KitError,
+    Promise,
     StorageError,
 )
 from kit.inspect import observable_state
@@ -129,6 +130,7 @@ class ModelFreeInterpreter:
     def __post_init__(self) -> None:
         self.capabilities = self.backend.capabilities
         self.promised = self.families if self.families is not None else step_families(self.backend)
+        self._promises = frozenset(p for p in Promise if p.value in self.promised)
         self._definitions: set[str] = set()
         self._owns_database = self.database is None
         self.test_clock = Capability.TEST_CLOCK in self.capabilities
@@ -187,7 +189,7 @@ class ModelFreeInterpreter:
             if tenant != home and "tenancy" not in self.promised:
                 continue  # a store without tenancy shows every tenant the same rows: read them once
             store = self.adapter.observer(tenant)
-            state[tenant] = observable_state(store)
+            state[tenant] = observable_state(store, self._promises)
             found = {name: store.get_definition(name, "1") for name in sorted(self._definitions)}
             definitions[tenant] = {name: None if d is None else d.digest for name, d in found.items()}
         return World(state, now, definitions)

@@ -174,13 +174,13 @@ def judge(calls: list[Call], before: World, after: World, ledger: Ledger, promis
     (``wake_on_input``, ``atomic_decision``)."""
     found = state_violations(before.state, after.state, after.now)
     found += _state_alone(before, after, "atomic_decision" in promised)
-    found += _claims(calls, before, after)
+    found += _claims(calls, before, after, "generation_fencing" in promised)
     for call in calls:
         found += _answer_matches_request(call)
         if call.accepted and call.op in _RUN_FENCED:
-            found += _run_fence(call, before)
+            found += _run_fence(call, before, promised)
         if call.accepted and call.op in _COMMAND_FENCED:
-            found += _command_fence(call, before)
+            found += _command_fence(call, before, promised)
         if call.accepted and call.op == "load":
             found += _snapshot_is_the_waiting_input(call, before)
         if "wake_on_input" in promised and call.accepted and call.op == "commit":
@@ -213,8 +213,9 @@ def _live(expires_at: datetime | None, now: datetime) -> bool:
     return expires_at is None or expires_at > now
 
 
-def _run_fence(call: Call, before: World) -> list[str]:
-    """An accepted fenced run call came from the current, live claim (and, for a commit, the expected revision)."""
+def _run_fence(call: Call, before: World, promised: frozenset[str]) -> list[str]:
+    """An accepted fenced run call came from the current claim (``generation_fencing``), whose lease was live
+    (``leases``), and a commit from the expected revision (``expected_revision``); a running run in any case."""
     claim = call.claim
     assert isinstance(claim, RunClaim)
     run = before.run(call.tenant, claim.run_id)
@@ -222,13 +223,14 @@ def _run_fence(call: Call, before: World) -> list[str]:
     if run is None:
         return [f"{what} was accepted for a run that did not exist (invariant 3)"]
     r = run["run"]
-    if r["status"] != "running" or r["claim_owner"] != claim.worker_id or r["claim_generation"] != claim.generation:
+    stale = r["claim_owner"] != claim.worker_id or r["claim_generation"] != claim.generation
+    if r["status"] != "running" or stale and "generation_fencing" in promised:
         return [(f"{what} was accepted although the run was {_plain(r['status'])} with claim {r['claim_owner']!r} generation "
                 f"{r['claim_generation']}: a superseded claim had an effect (no stale effect; invariant 3)")]
-    if r["claim_expires_at"] is not None and r["claim_expires_at"] <= before.now:
+    if "leases" in promised and r["claim_expires_at"] is not None and r["claim_expires_at"] <= before.now:
         return [(f"{what} was accepted although its lease expired at {r['claim_expires_at'].isoformat()} "
                 f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
-    if call.op == "commit":
+    if call.op == "commit" and "expected_revision" in promised:
         expected = claim.revision + {"claim": 0, "stale": -1, "ahead": 1}[call.step.get("revision", "claim")]
         if expected != r["revision"]:
             return [(f"{what} was accepted at expected revision {expected} while the run was at revision "
@@ -236,8 +238,9 @@ def _run_fence(call: Call, before: World) -> list[str]:
     return []
 
 
-def _command_fence(call: Call, before: World) -> list[str]:
-    """An accepted heartbeat, completion or failure came from the command's current, live claim."""
+def _command_fence(call: Call, before: World, promised: frozenset[str]) -> list[str]:
+    """An accepted heartbeat, completion or failure came from a claimed command's current claim
+    (``generation_fencing``), whose lease was live (``leases``)."""
     claim = call.claim
     assert isinstance(claim, CommandClaim)
     command = before.command(call.tenant, claim.run_id, claim.operation_key)
@@ -245,19 +248,20 @@ def _command_fence(call: Call, before: World) -> list[str]:
             f"with generation {claim.generation}")
     if command is None:
         return [f"{what} was accepted for a command that did not exist (invariant 3)"]
-    if (command["status"] != "claimed" or command["claim_owner"] != claim.worker_id
-            or command["claim_generation"] != claim.generation):
+    stale = command["claim_owner"] != claim.worker_id or command["claim_generation"] != claim.generation
+    if command["status"] != "claimed" or stale and "generation_fencing" in promised:
         return [(f"{what} was accepted although the command was {_plain(command['status'])} with claim "
                 f"{command['claim_owner']!r} generation {command['claim_generation']} (no stale effect; duplicates "
                 "applied once; invariant 3)")]
-    if not _live(command["claim_expires_at"], before.now):
+    if "leases" in promised and not _live(command["claim_expires_at"], before.now):
         return [(f"{what} was accepted although its lease expired at {command['claim_expires_at'].isoformat()} "
                 f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
     return []
 
 
-def _claims(calls: list[Call], before: World, after: World) -> list[str]:
-    """No claim is granted while another is live, and every new claim has a higher generation (invariant 4)."""
+def _claims(calls: list[Call], before: World, after: World, fencing: bool) -> list[str]:
+    """No claim is granted while another is live, the store shows the claim it granted, and (``fencing``)
+    every new claim has a higher generation (invariant 4)."""
     found: list[str] = []
     granted: Counter[tuple[str, str, str]] = Counter()
     for call in calls:
@@ -291,7 +295,7 @@ def _claims(calls: list[Call], before: World, after: World) -> list[str]:
                 found.append(f"{call.step['worker']} was granted {what} with generation {claim.generation}, but the "
                              f"store then shows claim {now_held['claim_owner']!r} generation "
                              f"{now_held['claim_generation']}: the answer is not the claim it holds (invariant 4)")
-            if claim.generation <= held["claim_generation"]:
+            if fencing and claim.generation <= held["claim_generation"]:
                 found.append(f"{call.step['worker']}'s new claim on {what} has generation {claim.generation}, not above "
                              f"the previous {held['claim_generation']}: generations only grow (invariant 4)")
     for (tenant, run, operation_key), count in sorted(granted.items()):
