@@ -141,6 +141,7 @@ WITHHOLDING = {
     "no-test-clock": lambda: WithholdingBackend(test_clock=False),
     "no-fencing-no-revisions": lambda: WithholdingBackend([Promise.GENERATION_FENCING, Promise.EXPECTED_REVISION]),
     "durable-functions-like": lambda: WithholdingBackend([Promise.LEASES, Promise.TIMERS, Promise.WAKE_ON_INPUT]),
+    "token-fenced-no-timers": lambda: WithholdingBackend([Promise.TIMERS], tokens=True),
 }
 
 
@@ -164,7 +165,7 @@ def test_store_that_withholds_promises_gets_none_of_their_steps(make: Callable[[
     """A store is never given an operation of a family it withholds (no timer fired, scheduled or waited for,
     no clock moved without a test clock, no lease renewed or outlived, no blocked decision without wake-up on
     input, no stale claim or unexpected revision without fencing), and keeps every invariant of what it does
-    promise."""
+    promise (a token-fenced store gets every claim token back untouched)."""
     backend = make()
     outcome = run_model_free(backend, Profile("small", max_examples=20, steps=30), SEED, shrink=False)
     assert outcome.error is None, outcome.error

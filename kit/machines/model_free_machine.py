@@ -74,6 +74,8 @@ def fit_step(step: dict[str, Any], families: frozenset[str]) -> dict[str, Any] |
         return None
     if step["op"] == "advance_to" and _DEADLINES[step["target"]] not in families:
         return None
+    if step.get("release_claims") and "leases" not in families:  # giving the claims back is a release
+        return None
     fitted = dict(step)
     if "generation_fencing" not in families and fitted.get("claim") == "oldest":
         fitted["claim"] = "latest"
