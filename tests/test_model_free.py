@@ -28,10 +28,17 @@ from tests.seeded_bugs.sqlite_bugs import SQLITE_BUGS
 #: The machines' seed in the kit's own tests: fixed, so what is killed is reproducible.
 SEED = 20261129
 
-#: Every SQLite seeded bug breaks a promise a client can observe on its own (a stale effect, a second live
-#: claim, a duplicate, a lost acknowledgement, a changed terminal, an answer naming another key...), not merely
-#: an answer the reference engine would give differently: the model-free machine must kill each on its own.
-INVARIANT_BUGS = tuple(b.name for b in SQLITE_BUGS)
+#: SQLite seeded bugs that break a promise a client can observe on its own (a stale effect, a second live claim,
+#: a duplicate, a lost acknowledgement, a changed terminal, an answer naming another key...), not merely an
+#: answer the reference engine would give differently: the model-free machine must kill each on its own.
+INVARIANT_BUGS = (
+    "commit_ignores_generation", "lease_compared_with_le", "revision_not_checked", "stale_completion_accepted",
+    "commit_split_over_two_transactions", "inner_failure_swallowed", "ensure_definition_overwrites",
+    "signal_dedup_missing", "idempotency_key_ignored", "keys_case_folded", "timer_fires_early",
+    "generation_not_bumped", "wakeup_mark_forgotten", "pagination_inclusive", "claim_ignores_tenant",
+    "completion_after_expiry_accepted", "completion_retry_applied_twice", "snapshot_drops_failed_results",
+    "consume_checks_only_ownership", "seq_ignores_tenant", "verify_ignores_checksums",
+)
 #: Fault steps a store with every capability must have been given, or the machine proved nothing about them.
 FAULTS = ("crash", "crash_during", "lost_ack", "skew", "race", "advance_to:lease", "advance_to:command")
 #: Every step kind that needs a timer.

@@ -1,6 +1,5 @@
 """Kill table: every seeded bug against the example suite and, separately, the fault machines alone
-(``nox -s mutants``; figures, not tests). The model-free machine's column is a figure only: it judges the
-invariants alone, and the exit code still counts the suite and the reference-comparing machine.
+(``nox -s mutants``; figures, not tests).
 
     python -m tests.seeded_bugs [BACKEND ...]      # KIT_SEED fixes the machines' seed (default 20261129)
 
@@ -19,7 +18,6 @@ from rich.console import Console
 from rich.table import Table
 
 from kit.machines.machine import run_machine
-from kit.machines.model_free_machine import run_model_free
 from kit.report import ReportWriter
 from kit.runner import run_suite
 from tests.seeded_bugs.registry import all_bugs
@@ -46,7 +44,7 @@ def main(argv: list[str]) -> int:
     seed = int(os.environ.get("KIT_SEED", "20261129"))
     table = Table(title=f"seeded bugs: the example suite, and the fault machines alone (quick profile, seed {seed})")
     for column in ("backend", "bug", "suite killed", "failing checks", "expected caught", "suite s",
-                   "machines killed", "examples", "machines s", "model-free killed", "model-free s"):
+                   "machines killed", "examples", "machines s"):
         table.add_column(column)
     survivors = 0
     # a crash leaves the journal (results.jsonl): `kit report FOLDER` renders it, marked incomplete
@@ -59,7 +57,7 @@ def main(argv: list[str]) -> int:
         try:
             backend = bug.make_backend()
         except Exception as exc:  # noqa: BLE001 - an unreachable server is reported, not fatal
-            table.add_row(bug.backend, bug.name, "n/a", str(exc)[:60], "", "", "n/a", "", "", "n/a", "")
+            table.add_row(bug.backend, bug.name, "n/a", str(exc)[:60], "", "", "n/a", "", "")
             report.start_run(backend=bug.backend, label=f"{bug.backend}/{bug.name}", tool="mutants")
             report.end_run(duration_s=0.0, exit_code=3, unreachable=str(exc))
             continue
@@ -73,7 +71,6 @@ def main(argv: list[str]) -> int:
                                         "--kit-profile", "none"])
             suite_s = time.monotonic() - started
             machine = run_machine(backend, "quick", seed, shrink=False)
-            model_free = run_model_free(backend, "quick", seed, shrink=False)
         finally:
             backend.close()
         report.end_suite(run)
@@ -86,7 +83,6 @@ def main(argv: list[str]) -> int:
             bug.backend, bug.name, "[green]yes[/]" if killed else "[red]NO[/]", str(len(failed)),
             f"{len(expected)}/{len(bug.caught_by)}", f"{suite_s:.1f}",
             "[green]yes[/]" if machine_killed else "[red]NO[/]", str(machine.examples), f"{machine.seconds:.1f}",
-            "[green]yes[/]" if model_free.failure is not None else "[yellow]no[/]", f"{model_free.seconds:.1f}",
         )
         console.print(
             f"{bug.backend}/{bug.name}: {len(failed)} checks failed; machines "
