@@ -193,3 +193,27 @@ def test_check_command_takes_a_machine(capsys: pytest.CaptureFixture[str]) -> No
         kit_main(["check", "memory", "--machine", "oracle"])
     assert exit_info.value.code == 2
     assert "--machine" in capsys.readouterr().err
+
+
+def test_conformance_check_runs_the_selected_machine_and_saves_a_replayable_bundle(tmp_path: Path) -> None:
+    """`--kit-machine model-free` runs the model-free check (the reference one is skipped, saying how to run it);
+    its failure saves a bundle recording the machine, which `kit replay` reproduces."""
+    from kit.runner import run_suite
+
+    bug = _bug("generation_not_bumped")
+    spec = f"tests.seeded_bugs.registry:{bug.name}"
+    backend = bug.make_backend()
+    try:
+        run = run_suite(backend, keyword="fault_machine", extra_args=[
+            "--kit-machine", MODEL_FREE, "--kit-profile", "quick", "--kit-seed", str(SEED),
+            "--kit-seeds-dir", str(tmp_path), "--kit-backend", spec])
+    finally:
+        backend.close()
+    outcomes = {r.check: r for r in run.results}
+    assert outcomes["machines.fault_machine_agrees_with_reference"].outcome == "skipped"
+    assert "--machine reference" in outcomes["machines.fault_machine_agrees_with_reference"].message
+    failed = outcomes["machines.fault_machine_keeps_the_invariants"]
+    assert failed.outcome == "failed" and "(invariant 4)" in failed.message
+    (saved,) = tmp_path.glob("*.json")
+    assert load_bundle(saved)["machine"] == MODEL_FREE
+    assert kit_main(["replay", str(saved)]) == 1
