@@ -20,6 +20,11 @@ promise, as a sentence; an empty list means the promises held:
   answers, with a lost acknowledgement or a killed session allowed either way;
 - terminal runs and finished commands never change (invariant 8), and everything
   :func:`kit.machines.invariants.state_violations` checks on the state itself.
+
+A rule about a promise family is applied only to a store that makes it: the claim's
+identity with ``generation_fencing``, the lease with ``leases``, the revision with
+``expected_revision``, a decision landing whole with ``atomic_decision``, a blocked
+run waking on input that arrived during its decision with ``wake_on_input``.
 """
 
 from __future__ import annotations
