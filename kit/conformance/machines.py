@@ -50,7 +50,7 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
         pytest.skip("unsupported: the fault machines were switched off (--kit-profile none)")
     chosen = machine_mode(request.config, backend)
     if chosen != machine:
-        pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (--kit-machine {machine} runs this one)")
+        pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
     outcome = run(backend, profile, seed)
     if outcome.error:
         pytest.fail(f"the {machine} machine itself failed (seed {seed}): {outcome.error}")

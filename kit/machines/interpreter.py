@@ -40,7 +40,7 @@ from kit.machines.steps import describe
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
-__all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "operation", "verify_schema"]
+__all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "inner_failure_unit", "operation", "verify_schema"]
 
 RACE_TIMEOUT_S = 60.0
 PARK_S = 30.0
@@ -513,24 +513,9 @@ class Interpreter:
 
     def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
         """A unit of work whose inner block fails while the outer swallows it must roll back whole."""
-        w = step["worker"]
-        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
-
-        def unit(side: Side) -> Any:
-            store = side.store(w)
-            with store.transaction():
-                store.start_run(step["run"], ref, step.get("input"))
-                try:
-                    with store.transaction():
-                        store.send_signal(step["run"], "sig", None, "uow")
-                        raise _InnerFailure()
-                except _InnerFailure:
-                    pass
-            return "committed"
-
         if Capability.UNIT_OF_WORK not in self.capabilities:
             return "skipped: no unit_of_work", "skipped: no unit_of_work"
-        return self._both(index, step, unit)
+        return self._both(index, step, lambda side: inner_failure_unit(side, step["worker"], step["run"], step.get("input")))
 
     # ==================================================================
     # state comparison and invariants
@@ -600,6 +585,22 @@ def verify_schema(side: Side, tamper: bool) -> str:
         return "schema verified"
     finally:
         store.close()
+
+
+def inner_failure_unit(side: Side, worker: str, run: str, payload: Any = None) -> str:
+    """One unit of work on ``side``: start ``run``, then an inner block signals it and fails; the outer block
+    swallows the failure and finishes ("committed" if the store let it)."""
+    ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+    store = side.store(worker)
+    with store.transaction():
+        store.start_run(run, ref, payload)
+        try:
+            with store.transaction():
+                store.send_signal(run, "sig", None, "uow")
+                raise _InnerFailure()
+        except _InnerFailure:
+            pass
+    return "committed"
 
 
 class _InnerFailure(Exception):

@@ -26,10 +26,19 @@ from kit.contract import (
     ClockMode,
     ConfigurationError,
     KitError,
+    Promise,
     StorageError,
 )
 from kit.inspect import observable_state
-from kit.machines.interpreter import RACE_TIMEOUT_S, Divergence, StepRecord, deadlines, operation, verify_schema
+from kit.machines.interpreter import (
+    RACE_TIMEOUT_S,
+    Divergence,
+    StepRecord,
+    deadlines,
+    inner_failure_unit,
+    operation,
+    verify_schema,
+)
 from kit.machines.model_free_checks import Call, Ledger, World, judge
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side
@@ -50,11 +59,13 @@ MODEL_FREE = "model-free"
 #: What ``kit check --machine`` accepts: ``auto`` picks by the store's declared promises.
 MACHINES = ("auto", REFERENCE, MODEL_FREE)
 
-#: The workflow promise families whose steps the model-free machine can leave out. A store that
-#: declares no promises is taken to make them all; capabilities (``test_clock``, ``statement_faults``,
-#: ``kill_session``, ``concurrent_connections``, ``tenancy``...) are families by their value too.
+#: The workflow promise families (the values of ``kit.contract.Promise``) whose steps and rules the model-free
+#: machine can leave out. A store that declares no promises is taken to make them all; capabilities
+#: (``test_clock``, ``statement_faults``, ``kill_session``, ``concurrent_connections``, ``tenancy``,
+#: ``unit_of_work``...) are families by their value too.
 WORKFLOW_PROMISES = (
-    "leases", "fencing", "revisions", "wakeup", "commands", "signals", "timers", "cancel", "definitions", "schema",
+    "leases", "generation_fencing", "expected_revision", "atomic_decision", "wake_on_input", "commands", "signals",
+    "timers", "definitions", "cancel_requests", "schema_checksums",
 )
 
 _SINGLE = ("define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
@@ -119,6 +130,7 @@ class ModelFreeInterpreter:
     def __post_init__(self) -> None:
         self.capabilities = self.backend.capabilities
         self.promised = self.families if self.families is not None else step_families(self.backend)
+        self._promises = frozenset(p for p in Promise if p.value in self.promised)
         self._definitions: set[str] = set()
         self._owns_database = self.database is None
         self.test_clock = Capability.TEST_CLOCK in self.capabilities
@@ -177,7 +189,7 @@ class ModelFreeInterpreter:
             if tenant != home and "tenancy" not in self.promised:
                 continue  # a store without tenancy shows every tenant the same rows: read them once
             store = self.adapter.observer(tenant)
-            state[tenant] = observable_state(store)
+            state[tenant] = observable_state(store, self._promises)
             found = {name: store.get_definition(name, "1") for name in sorted(self._definitions)}
             definitions[tenant] = {name: None if d is None else d.digest for name, d in found.items()}
         return World(state, now, definitions)
@@ -222,6 +234,14 @@ class ModelFreeInterpreter:
 
     def _do_verify_schema(self, index: int, step: dict[str, Any]) -> Any:
         raw = self._call(lambda side: verify_schema(side, bool(step.get("tamper"))), index, step)
+        self._calls.append(Call(step, self._tenant(step), None, raw))
+        return normalize(raw)
+
+    def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> Any:
+        """A unit of work whose inner block fails while the outer swallows it: it must leave nothing."""
+        if Capability.UNIT_OF_WORK not in self.capabilities:
+            return "skipped: no unit_of_work"
+        raw = self._call(lambda side: inner_failure_unit(side, step["worker"], step["run"], step.get("input")), index, step)
         self._calls.append(Call(step, self._tenant(step), None, raw))
         return normalize(raw)
 

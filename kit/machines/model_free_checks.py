@@ -20,6 +20,11 @@ promise, as a sentence; an empty list means the promises held:
   answers, with a lost acknowledgement or a killed session allowed either way;
 - terminal runs and finished commands never change (invariant 8), and everything
   :func:`kit.machines.invariants.state_violations` checks on the state itself.
+
+A rule about a promise family is applied only to a store that makes it: the claim's
+identity with ``generation_fencing``, the lease with ``leases``, the revision with
+``expected_revision``, a decision landing whole with ``atomic_decision``, a blocked
+run waking on input that arrived during its decision with ``wake_on_input``.
 """
 
 from __future__ import annotations
@@ -170,24 +175,28 @@ class Ledger:
 
 def judge(calls: list[Call], before: World, after: World, ledger: Ledger, promised: frozenset[str]) -> list[str]:
     """Every promise in ``promised`` the step's answers and the state after it contradict (see the module
-    docstring); the wake-up rule applies only to a store that promises ``wakeup``."""
+    docstring); the wake-up and all-or-nothing decision rules apply only to a store that makes those promises
+    (``wake_on_input``, ``atomic_decision``)."""
     found = state_violations(before.state, after.state, after.now)
-    found += _state_alone(before, after)
-    found += _claims(calls, before, after)
+    found += _state_alone(before, after, "atomic_decision" in promised)
+    found += _claims(calls, before, after, "generation_fencing" in promised)
     for call in calls:
         found += _answer_matches_request(call)
         if call.accepted and call.op in _RUN_FENCED:
-            found += _run_fence(call, before)
+            found += _run_fence(call, before, promised)
         if call.accepted and call.op in _COMMAND_FENCED:
-            found += _command_fence(call, before)
+            found += _command_fence(call, before, promised)
         if call.accepted and call.op == "load":
             found += _snapshot_is_the_waiting_input(call, before)
-        if "wakeup" in promised and call.accepted and call.op == "commit":
+        if "wake_on_input" in promised and call.accepted and call.op == "commit":
             found += _no_lost_wakeup(call, after, ledger)
         if call.op == "complete" and call.accepted and (call.tenant, call.step["run"], call.step["key"]) in ledger.completions:
             found.append(f"command {call.step['key']!r} of run {call.step['run']!r}: a second completion was accepted "
                          "(a completion is applied once; invariant 5)")
     found += _revisions(calls, before, after)
+    if any(call.op == "uow_inner_failure" for call in calls) and before.state != after.state:
+        found.append("a unit of work whose inner block failed changed the state: the whole unit rolls back "
+                     "(unit of work)")
     if len(calls) == 1 and calls[0].refused and calls[0].op in _REFUSABLE and before.state != after.state:
         found.append(f"the store refused the {calls[0].op} ({_answer(calls[0].raw)}) but the state changed "
                      "(nothing rejected is present; invariant 7)")
@@ -209,8 +218,9 @@ def _live(expires_at: datetime | None, now: datetime) -> bool:
     return expires_at is None or expires_at > now
 
 
-def _run_fence(call: Call, before: World) -> list[str]:
-    """An accepted fenced run call came from the current, live claim (and, for a commit, the expected revision)."""
+def _run_fence(call: Call, before: World, promised: frozenset[str]) -> list[str]:
+    """An accepted fenced run call came from the current claim (``generation_fencing``), whose lease was live
+    (``leases``), and a commit from the expected revision (``expected_revision``); a running run in any case."""
     claim = call.claim
     assert isinstance(claim, RunClaim)
     run = before.run(call.tenant, claim.run_id)
@@ -218,22 +228,24 @@ def _run_fence(call: Call, before: World) -> list[str]:
     if run is None:
         return [f"{what} was accepted for a run that did not exist (invariant 3)"]
     r = run["run"]
-    if r["status"] != "running" or r["claim_owner"] != claim.worker_id or r["claim_generation"] != claim.generation:
-        return [f"{what} was accepted although the run was {_plain(r['status'])} with claim {r['claim_owner']!r} generation "
-                f"{r['claim_generation']}: a superseded claim had an effect (no stale effect; invariant 3)"]
-    if r["claim_expires_at"] is not None and r["claim_expires_at"] <= before.now:
-        return [f"{what} was accepted although its lease expired at {r['claim_expires_at'].isoformat()} "
-                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)"]
-    if call.op == "commit":
+    stale = r["claim_owner"] != claim.worker_id or r["claim_generation"] != claim.generation
+    if r["status"] != "running" or stale and "generation_fencing" in promised:
+        return [(f"{what} was accepted although the run was {_plain(r['status'])} with claim {r['claim_owner']!r} generation "
+                f"{r['claim_generation']}: a superseded claim had an effect (no stale effect; invariant 3)")]
+    if "leases" in promised and r["claim_expires_at"] is not None and r["claim_expires_at"] <= before.now:
+        return [(f"{what} was accepted although its lease expired at {r['claim_expires_at'].isoformat()} "
+                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
+    if call.op == "commit" and "expected_revision" in promised:
         expected = claim.revision + {"claim": 0, "stale": -1, "ahead": 1}[call.step.get("revision", "claim")]
         if expected != r["revision"]:
-            return [f"{what} was accepted at expected revision {expected} while the run was at revision "
-                    f"{r['revision']} (a decision on another revision; invariant 3)"]
+            return [(f"{what} was accepted at expected revision {expected} while the run was at revision "
+                    f"{r['revision']} (a decision on another revision; invariant 3)")]
     return []
 
 
-def _command_fence(call: Call, before: World) -> list[str]:
-    """An accepted heartbeat, completion or failure came from the command's current, live claim."""
+def _command_fence(call: Call, before: World, promised: frozenset[str]) -> list[str]:
+    """An accepted heartbeat, completion or failure came from a claimed command's current claim
+    (``generation_fencing``), whose lease was live (``leases``)."""
     claim = call.claim
     assert isinstance(claim, CommandClaim)
     command = before.command(call.tenant, claim.run_id, claim.operation_key)
@@ -241,19 +253,20 @@ def _command_fence(call: Call, before: World) -> list[str]:
             f"with generation {claim.generation}")
     if command is None:
         return [f"{what} was accepted for a command that did not exist (invariant 3)"]
-    if (command["status"] != "claimed" or command["claim_owner"] != claim.worker_id
-            or command["claim_generation"] != claim.generation):
-        return [f"{what} was accepted although the command was {_plain(command['status'])} with claim "
+    stale = command["claim_owner"] != claim.worker_id or command["claim_generation"] != claim.generation
+    if command["status"] != "claimed" or stale and "generation_fencing" in promised:
+        return [(f"{what} was accepted although the command was {_plain(command['status'])} with claim "
                 f"{command['claim_owner']!r} generation {command['claim_generation']} (no stale effect; duplicates "
-                "applied once; invariant 3)"]
-    if not _live(command["claim_expires_at"], before.now):
-        return [f"{what} was accepted although its lease expired at {command['claim_expires_at'].isoformat()} "
-                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)"]
+                "applied once; invariant 3)")]
+    if "leases" in promised and not _live(command["claim_expires_at"], before.now):
+        return [(f"{what} was accepted although its lease expired at {command['claim_expires_at'].isoformat()} "
+                f"(store clock {before.now.isoformat()}; no stale effect; invariant 3)")]
     return []
 
 
-def _claims(calls: list[Call], before: World, after: World) -> list[str]:
-    """No claim is granted while another is live, and every new claim has a higher generation (invariant 4)."""
+def _claims(calls: list[Call], before: World, after: World, fencing: bool) -> list[str]:
+    """No claim is granted while another is live, the store shows the claim it granted, and (``fencing``)
+    every new claim has a higher generation (invariant 4)."""
     found: list[str] = []
     granted: Counter[tuple[str, str, str]] = Counter()
     for call in calls:
@@ -287,13 +300,13 @@ def _claims(calls: list[Call], before: World, after: World) -> list[str]:
                 found.append(f"{call.step['worker']} was granted {what} with generation {claim.generation}, but the "
                              f"store then shows claim {now_held['claim_owner']!r} generation "
                              f"{now_held['claim_generation']}: the answer is not the claim it holds (invariant 4)")
-            if claim.generation <= held["claim_generation"]:
+            if fencing and claim.generation <= held["claim_generation"]:
                 found.append(f"{call.step['worker']}'s new claim on {what} has generation {claim.generation}, not above "
                              f"the previous {held['claim_generation']}: generations only grow (invariant 4)")
-    for (tenant, run, key), count in sorted(granted.items()):
+    for (tenant, run, operation_key), count in sorted(granted.items()):
         if count > 1:
-            what = f"command {key!r} of run {_name(run)}" if key else f"run {_name(run)}"
-            found.append(f"{what} (tenant {tenant}) was granted {count} times in one step: two live claims (invariant 4)")
+            item = f"command {operation_key!r} of run {_name(run)}" if operation_key else f"run {_name(run)}"
+            found.append(f"{item} (tenant {tenant}) was granted {count} times in one step: two live claims (invariant 4)")
     return found
 
 
@@ -353,8 +366,8 @@ def _no_lost_wakeup(call: Call, after: World, ledger: Ledger) -> list[str]:
     state = after.run(call.tenant, claim.run_id)
     if (call.step["decision"].get("status") == "blocked" and state is not None and state["run"]["status"] == "blocked"
             and (call.tenant, claim.run_id, claim.generation) in ledger.arrivals):
-        return [f"run {_name(claim.run_id)}: input arrived while generation {claim.generation} ran it, and that "
-                "claim's decision to block left it blocked: a lost wake-up (blocked state wakes on input)"]
+        return [(f"run {_name(claim.run_id)}: input arrived while generation {claim.generation} ran it, and that "
+                "claim's decision to block left it blocked: a lost wake-up (blocked state wakes on input)")]
     return []
 
 
@@ -364,19 +377,19 @@ def _answer_matches_request(call: Call) -> list[str]:
     raw, step = call.raw, call.step
     if isinstance(raw, StartResult) and raw.run.run_id != step["run"] and (
             raw.created or step.get("idem") is None or raw.run.idempotency_key != step["idem"]):
-        return [f"starting run {_name(step['run'])} (idempotency key {step.get('idem')!r}) answered run "
-                f"{_name(raw.run.run_id)} with key {raw.run.idempotency_key!r} (keys are byte-exact; invariant 6)"]
+        return [(f"starting run {_name(step['run'])} (idempotency key {step.get('idem')!r}) answered run "
+                f"{_name(raw.run.run_id)} with key {raw.run.idempotency_key!r} (keys are byte-exact; invariant 6)")]
     if isinstance(raw, SignalReceipt) and raw.signal is not None and raw.signal.dedup_key != step["key"]:
-        return [f"signal {step['key']!r} to run {_name(step['run'])} answered the signal with key "
-                f"{raw.signal.dedup_key!r} (dedup keys are byte-exact; invariant 6)"]
+        return [(f"signal {step['key']!r} to run {_name(step['run'])} answered the signal with key "
+                f"{raw.signal.dedup_key!r} (dedup keys are byte-exact; invariant 6)")]
     if call.op == "verify_schema" and (raw == "schema verified") == bool(step.get("tamper")):
         return ["verify_schema() passed a migration changed after it was applied" if step.get("tamper") else
                 f"verify_schema() failed on the migrations it applied itself ({_answer(raw)})"]
     if call.op == "list_page" and isinstance(raw, list):
         ids = [str(r) for r in raw]
         if step.get("after") is not None and step["after"] in ids or len(ids) != len(set(ids)):
-            return [f"listing runs after {_name(step.get('after'))} answered {[_name(i) for i in ids]}: a page "
-                    "holds each run once and only runs after the cursor"]
+            return [(f"listing runs after {_name(step.get('after'))} answered {[_name(i) for i in ids]}: a page "
+                    "holds each run once and only runs after the cursor")]
     return []
 
 
@@ -396,15 +409,15 @@ def _snapshot_is_the_waiting_input(call: Call, before: World) -> list[str]:
     got = (sorted(s.dedup_key for s in raw.signals), sorted(c.operation_key for c in raw.command_results),
            sorted(t.operation_key for t in raw.timers))
     if got != want:
-        return [f"the snapshot of run {_name(raw.run.run_id)} holds signals/results/timers {got}, but the store "
-                f"shows {want} waiting (invariant 7)"]
+        return [(f"the snapshot of run {_name(raw.run.run_id)} holds signals/results/timers {got}, but the store "
+                f"shows {want} waiting (invariant 7)")]
     return []
 
 
-def _state_alone(before: World, after: World) -> list[str]:
+def _state_alone(before: World, after: World, atomic: bool) -> list[str]:
     """What the state contradicts on its own beyond :func:`state_violations`: one run per idempotency key, a
-    consumed command had a result, no history entry newer than its run's revision, finished commands and
-    definitions never change."""
+    consumed command had a result, no history entry newer than its run's revision (``atomic``: a decision lands
+    whole), finished commands and definitions never change."""
     found = _finished_commands_unchanged(before, after)
     for tenant, runs in after.state.items():
         keys = Counter(s["run"]["idempotency_key"] for s in runs.values() if s and s["run"]["idempotency_key"])
@@ -417,7 +430,7 @@ def _state_alone(before: World, after: World) -> list[str]:
                     found.append(f"command {key!r} of run {_name(run_id)} was consumed while {_plain(command['status'])}: "
                                  "only a result is consumed (invariant 5)")
             newer = [e["seq"] for e in state["history"] if e["revision"] > state["run"]["revision"]]
-            if newer:
+            if newer and atomic:
                 found.append(f"run {_name(run_id)} (tenant {tenant}) is at revision {state['run']['revision']} but history "
                              f"entries {newer} were written by a later one: a decision landed in part (atomic decision)")
     for tenant, names in before.definitions.items():

@@ -18,7 +18,13 @@ from typing import Any, ClassVar
 
 from hypothesis import seed
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kit.contract import Backend
 from kit.machines.interpreter import Divergence
@@ -50,9 +56,31 @@ _REVISIONS = st.sampled_from(("claim", "claim", "claim", "stale", "ahead"))
 _DEADLINES = {"lease": "leases", "timer": "timers", "command": "commands", "wake": "timers"}
 
 
-def fit_step(step: dict[str, Any], families: frozenset[str]) -> dict[str, Any]:
-    """``step`` without the parts of its decisions the store does not promise (commands, timers)."""
+#: The promise families (and capabilities) each step op needs; an op not listed every store makes.
+_OP_NEEDS: dict[str, tuple[str, ...]] = {
+    "define": ("definitions",), "verify_schema": ("schema_checksums",), "signal": ("signals",),
+    "cancel": ("cancel_requests",), "fire_timers": ("timers",), "claim_commands": ("commands",),
+    "heartbeat": ("commands", "leases"), "complete": ("commands",), "fail": ("commands",), "renew": ("leases",),
+    "release": ("leases",), "uow_inner_failure": ("unit_of_work",), "advance": ("test_clock",),
+    "advance_to": ("test_clock",), "lost_ack": ("statement_faults",), "race": ("concurrent_connections",),
+}
+
+
+def fit_step(step: dict[str, Any], families: frozenset[str]) -> dict[str, Any] | None:
+    """``step`` as a store making only ``families`` may be given it, or None if it needs an op the store does
+    not promise: no stale claims without generation fencing, no unexpected revisions without expected
+    revisions, no blocked decisions without wake-up on input, no commands or timers in decisions without them."""
+    if any(need not in families for need in _OP_NEEDS.get(step["op"], ())):
+        return None
+    if step["op"] == "advance_to" and _DEADLINES[step["target"]] not in families:
+        return None
+    if step.get("release_claims") and "leases" not in families:  # giving the claims back is a release
+        return None
     fitted = dict(step)
+    if "generation_fencing" not in families and fitted.get("claim") == "oldest":
+        fitted["claim"] = "latest"
+    if "expected_revision" not in families and "revision" in fitted:
+        fitted["revision"] = "claim"
     if "decision" in fitted:
         decision = dict(fitted["decision"])
         if "commands" not in families:
@@ -61,11 +89,19 @@ def fit_step(step: dict[str, Any], families: frozenset[str]) -> dict[str, Any]:
         if "timers" not in families:
             for key in ("timers", "cancel_timers", "wake_after_ms"):
                 decision.pop(key, None)
+        if "wake_on_input" not in families and decision["status"] == "blocked":
+            decision["status"] = "pending"
         fitted["decision"] = decision
     if "inner" in fitted:
-        fitted["inner"] = fit_step(fitted["inner"], families)
+        inner = fit_step(fitted["inner"], families)
+        if inner is None:
+            return None
+        fitted["inner"] = inner
     if "ops" in fitted:
-        fitted["ops"] = [fit_step(op, families) for op in fitted["ops"]]
+        ops = [fit_step(op, families) for op in fitted["ops"]]
+        if any(op is None for op in ops):
+            return None
+        fitted["ops"] = ops
     return fitted
 
 
@@ -100,8 +136,11 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def can(self, *families: str) -> bool:
         return all(f in self.families for f in families)
 
-    def step(self, step: dict[str, Any]) -> None:
-        step = fit_step(step, self.families)
+    def step(self, wanted: dict[str, Any]) -> None:
+        """Apply ``wanted`` as the store's promises allow it (or not at all, if they do not)."""
+        step = fit_step(wanted, self.families)
+        if step is None:
+            return
         type(self).kinds.update(_kinds(step))
         try:
             self.interp.apply(step)
@@ -165,7 +204,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         return held[index % len(held)] if held and mode >= 1 else anything
 
     def _revision(self, revision: str) -> str:
-        return revision if self.can("revisions") else "claim"
+        return revision if self.can("expected_revision") else "claim"
 
     def _claim_a_command(self, w: str) -> tuple[str, str] | None:
         self.step({"op": "claim_commands", "worker": w, "limit": 1})
@@ -197,10 +236,17 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         """A definition ensured again, sometimes with another body: the first one stays."""
         self.step({"op": "define", "worker": w, "name": "wf", "body": body})
 
-    @precondition(lambda self: self.can("schema"))
+    @precondition(lambda self: self.can("schema_checksums"))
     @rule(tamper=st.booleans())
     def verify_schema(self, tamper: bool) -> None:
         self.step({"op": "verify_schema", "tamper": tamper})
+
+    @precondition(lambda self: self.can("unit_of_work"))
+    @rule(w=workers, run=runs)
+    def uow_inner_failure(self, w: str, run: str) -> None:
+        """A unit of work starts a run and signals it in an inner block that fails: nothing may remain."""
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "uow_inner_failure", "worker": w, "run": run})
 
     @rule(w=workers, run=runs, idem=st.sampled_from(IDEMS), payload=small_json)
     def start(self, w: str, run: str, idem: str | None, payload: Any) -> None:
@@ -228,7 +274,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             other = data.draw(workers, label="second sender")
             self.step({"op": "signal", "worker": other, "run": run, "key": key, "payload": payload})
 
-    @precondition(lambda self: self.can("cancel"))
+    @precondition(lambda self: self.can("cancel_requests"))
     @rule(data=st.data(), w=workers)
     def cancel(self, data: Any, w: str) -> None:
         self.step({"op": "cancel", "worker": w, "run": self.pick_existing(data), "reason": "stop"})
@@ -296,7 +342,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             step["decision"] = decision
         self.step(step)
 
-    @precondition(lambda self: self.can("fencing"))
+    @precondition(lambda self: self.can("generation_fencing"))
     @rule(data=st.data(), hours=st.sampled_from((-5, 3)), decision=decisions(),
           op=st.sampled_from(("commit", "commit", "renew", "release")))
     def zombie(self, data: Any, hours: int, decision: dict[str, Any], op: str) -> None:
@@ -351,6 +397,75 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": offset})
         self.step({"op": "fire_timers", "worker": w, "limit": limit})
 
+    @precondition(lambda self: self.can("timers", "test_clock"))
+    @rule(w=st.sampled_from(TENANT_A), delay=st.sampled_from((1, 2, 500, 30_000)), key=st.sampled_from(TIMER_KEYS),
+          firer=workers, limit=st.sampled_from((1, 10)))
+    def timer_boundary(self, w: str, delay: int, key: str, firer: str, limit: int) -> None:
+        """Schedule a timer, then fire one microsecond before it is due and exactly when it is."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if mine:
+            self.step({"op": "commit", "worker": w, "run": mine[0],
+                       "decision": {"status": "blocked", "timers": [{"key": key, "delay_ms": delay}]}})
+        self.step({"op": "advance_to", "target": "timer", "which": 0, "offset_us": -1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+        self.step({"op": "advance", "us": 1})
+        self.step({"op": "fire_timers", "worker": firer, "limit": limit})
+
+    @precondition(lambda self: self.can("wake_on_input", "signals"))
+    @rule(w=st.sampled_from(TENANT_A), sender=workers, key=st.sampled_from(SIGNAL_KEYS), payload=small_json,
+          loaded=st.booleans())
+    def input_during_decision(self, w: str, sender: str, key: str, payload: Any, loaded: bool) -> None:
+        """A signal lands while a decider holds the run (before or after it loads); the decider then blocks:
+        the run must wake, not sleep on the signal."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if not mine:
+            return
+        if loaded:
+            self.step({"op": "load", "worker": w, "run": mine[0]})
+        self.step({"op": "signal", "worker": sender, "run": mine[0], "key": key, "payload": payload})
+        self.step({"op": "commit", "worker": w, "run": mine[0], "decision": {"status": "blocked", "consume": False}})
+
+    @precondition(lambda self: self.can("commands"))
+    @rule(w=workers, decider=workers, result=small_json, op=st.sampled_from(("fail", "complete")),
+          key=st.sampled_from(COMMAND_KEYS), premature=st.booleans())
+    def command_round_trip(self, w: str, decider: str, result: Any, op: str, key: str, premature: bool) -> None:
+        """A decider schedules a single-attempt command (and, if ``premature``, claims the run again and consumes
+        the command before it has a result, which must be refused); a worker ends it for good; whoever holds
+        the run's live claim (the decider claims it if nobody does) loads it: the outcome must be in the
+        snapshot."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if mine:
+            self.step({"op": "commit", "worker": decider, "run": mine[0], "decision": {
+                "status": "pending" if premature else "blocked", "commands": [{"key": key, "max_attempts": 1}]}})
+            if premature:
+                self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+                again = [run for (who, run) in self.live_runs() if who == decider]
+                if again:
+                    self.step({"op": "commit", "worker": decider, "run": again[0],
+                               "decision": {"status": "blocked", "consume": False, "consume_commands": [key]}})
+        taken = self._claim_a_command(w)
+        if taken is None:
+            return
+        run = taken[0]
+        self.step(_command_step(op, w, *taken, result, retryable=False))
+        if not any(r == run for (_, r) in self.live_runs()):
+            self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        for holder in sorted({who for (who, r) in self.live_runs() if r == run}):
+            self.step({"op": "load", "worker": holder, "run": run})
+
+    @precondition(lambda self: self.can("commands", "leases", "test_clock"))
+    @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
+          op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
+    def command_boundary(self, w: str, offset: int, op: str, result: Any) -> None:
+        """A worker acts on its command one microsecond before, at, or just after its lease expires."""
+        taken = self._claim_a_command(w)
+        if taken is not None:
+            self.step({"op": "advance_to", "target": "command", "run": taken[0], "offset_us": offset})
+            self.step(_command_step(op, w, *taken, result, True))
+
     @precondition(lambda self: self.can("test_clock"))
     @rule(us=st.sampled_from(ADVANCES_US))
     def advance(self, us: int) -> None:
@@ -360,8 +475,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     @rule(deadline=st.sampled_from(("lease", "timer", "command", "wake")), which=st.integers(0, 2),
           offset=st.sampled_from((-1, 0, 0, 1)))
     def advance_to(self, deadline: str, which: int, offset: int) -> None:
-        if self.can(_DEADLINES[deadline]):
-            self.step({"op": "advance_to", "target": deadline, "which": which, "offset_us": offset})
+        self.step({"op": "advance_to", "target": deadline, "which": which, "offset_us": offset})
 
     # -- faults ---------------------------------------------------------------------
     @rule(w=workers)
@@ -411,7 +525,7 @@ class _ModelFreeMachine(RuleBasedStateMachine):
 
     def _promised(self, kind: str) -> bool:
         return {"signal": self.can("signals"), "complete": self.can("commands"), "fail": self.can("commands"),
-                "cancel": self.can("cancel")}.get(kind, True)
+                "cancel": self.can("cancel_requests")}.get(kind, True)
 
     def _inner(self, kind: str, w: str, run: str, decision: dict[str, Any]) -> dict[str, Any]:
         """The operation a fault step wraps; one the store does not promise becomes a claim."""
