@@ -335,8 +335,8 @@ class DbosBackend:
         except sa.exc.OperationalError as exc:
             raise BackendUnavailable(
                 self.name,
-                f"PostgreSQL at {base.render_as_string(hide_password=True)} refused {statement.split(' ', 2)[:2]} "
-                f"({str(exc.orig).splitlines()[0]})",
+                f"PostgreSQL at {base.render_as_string(hide_password=True)} did not run "
+                f"{' '.join(statement.split()[:2])!r} ({str(exc.orig).splitlines()[0]})",
                 "start it or pass --url postgresql+psycopg://user@host:port/postgres",
             ) from None
         finally:
