@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("dbos", reason="the dbos extra is not installed: pip install -e '.[dbos]'")
 
 from adapters.thirdparty.dbos import DBOS_PROMISES, EXPECTED_FAILURES, make_backend
-from kit.conformance import ConformanceSuite, check_id
+from kit.conformance import LEASE, ConformanceSuite, check_id
 from kit.contract import ALL_PROMISES, Backend, BackendUnavailable, Capability, Promise, SkipKind
 from kit.machines.model_free_machine import run_model_free
 from kit.pytest_plugin import required_backends
@@ -115,3 +115,39 @@ def test_the_finding_reproduces_with_dbos_public_api() -> None:
     done = subprocess.run([sys.executable, str(FINDING)], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FINDING: the message was stored" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("same_worker", [False, True], ids=["other-worker", "same-worker"])
+def test_superseded_claim_is_fenced_by_dbos_ownership_token(same_worker: bool) -> None:
+    """generation_fencing as DBOS keeps it: after a release and a new claim, the old claim changes
+    nothing, and DBOS's own checkpoint write refuses the old ownership token even without the adapter."""
+    from dbos._error import DBOSWorkflowConflictIDError
+
+    from kit.contract import ClockMode, Decision, Outcome, RunStatus, digest_of
+
+    backend = _backend("sqlite")
+    database = backend.provision()
+    store = database.open("tenant-a", clock=ClockMode.DATABASE)
+    try:
+        store.migrate()
+        ref = store.ensure_definition("wf", "1", digest_of(b"wf"), b"wf").ref
+        store.start_run("run-1", ref)
+        old = store.claim_runs("w1", LEASE, limit=1)[0]
+        assert store.release_run_claim(old) is Outcome.COMMITTED
+        new = store.claim_runs("w1" if same_worker else "w2", LEASE, limit=1)[0]
+        assert new.token != old.token and new.generation == old.generation + 1
+        before = store.get_run("run-1")
+        assert store.commit_decision(old, old.revision, Decision(RunStatus.COMPLETED, output=1)) is Outcome.CLAIM_LOST
+        assert store.load_claimed(old) is Outcome.CLAIM_LOST
+        assert store.get_run("run-1") == before
+        step = {"workflow_uuid": "run-1", "function_id": 1, "function_name": "stale", "started_at_epoch_ms": 0,
+                "output": None, "error": None, "serialization": None, "child_workflow_id": None}
+        with pytest.raises(DBOSWorkflowConflictIDError):
+            store._sys.record_operation_result(step, owner_xid=old.token)  # type: ignore[attr-defined]
+        assert store.commit_decision(new, new.revision, Decision(RunStatus.COMPLETED, output=2)) is Outcome.COMMITTED
+        done = store.get_run("run-1")
+        assert done is not None and done.status is RunStatus.COMPLETED and done.output == 2
+    finally:
+        store.close()
+        database.drop()
+        backend.close()
