@@ -6,6 +6,9 @@ promise that was broken.
 
 * ``--kit-backend NAME|package.module:factory`` and ``--kit-url URL`` select the
   adapter for suites that do not override ``kit_backend``.
+* ``--kit-machine auto|reference|model-free`` picks the fault machine: ``auto``
+  compares with the reference engine a store that promises the whole contract,
+  and judges any other by the invariants alone.
 * ``--kit-require`` (or ``KIT_REQUIRE_BACKENDS=postgres,mysql``) turns "backend
   not reachable" from a skip into a failure: what CI uses to prove a suite ran.
 """
@@ -23,7 +26,7 @@ import pytest
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["machine_settings", "required_backends", "session_seed", "skip_module_unless_reachable", "use_backend"]
+__all__ = ["machine_mode", "machine_settings", "required_backends", "session_seed", "skip_module_unless_reachable", "use_backend"]
 
 _SEED: pytest.StashKey[int] = pytest.StashKey()
 
@@ -34,6 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kit-url", default=None, help="SQLAlchemy URL of the server to test (never printed with its password)")
     group.addoption("--kit-profile", default=None, choices=("quick", "thorough", "none"),
                     help="fault-machine profile (default quick; KIT_PROFILE)")
+    group.addoption("--kit-machine", default=None, choices=("auto", "reference", "model-free"),
+                    help="fault machine: auto (default; model-free for a store that declares fewer promises), "
+                         "reference (compare every step with the reference engine), model-free (invariants only); "
+                         "KIT_MACHINE")
     group.addoption("--kit-seed", default=None,
                     help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     group.addoption("--kit-seeds-dir", default=None,
@@ -136,6 +143,17 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if "kit.conformance" not in sys.modules:
         pytest.register_assert_rewrite("kit.conformance")
+
+
+def machine_mode(config: pytest.Config, backend: Backend) -> str:
+    """``reference`` or ``model-free``: the fault machine this session runs against ``backend``."""
+    from kit.machines.model_free import choose_machine
+
+    requested = config.getoption("kit_machine", None) or os.environ.get("KIT_MACHINE") or "auto"
+    try:
+        return choose_machine(backend, str(requested))
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
     parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
                         help="fault-machine profile: quick (CI, default), thorough (nightly), none")
+    parser.add_argument("--machine", choices=("auto", "reference", "model-free"), default="auto",
+                        help="fault machine: auto (default: reference for a store that promises the whole contract, "
+                             "else model-free), reference (every step compared with the reference engine), "
+                             "model-free (only the invariants, on the store's own state)")
     parser.add_argument("--seed", type=seed_type, help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     parser.add_argument("--seeds-dir", help="where failing scenarios are saved (default: scenarios/seeds, or the "
                                              "temporary folder with --no-report)")
@@ -71,7 +75,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
     try:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
-        console.print(f"seed {args.seed}, machine profile {args.profile} (repeat with --seed {args.seed})")
+        from kit.machines.model_free import choose_machine
+
+        machine = choose_machine(backend, getattr(args, "machine", "auto"))
+        console.print(f"seed {args.seed}, {machine} fault machine, profile {args.profile} (repeat with --seed {args.seed})")
         # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
         # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
         bar_console = Console(file=console.file, highlight=False, width=console.width if console.is_terminal else None)
@@ -128,7 +135,8 @@ def _hypothesis_home() -> Iterator[None]:
 
 def _extra_args(args: argparse.Namespace) -> list[str]:
     extra = ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
-             "--kit-backend", args.backend]
+             "--kit-backend", args.backend,
+             "--kit-machine", getattr(args, "machine", "auto")]
     return extra + (["--kit-url", args.url] if getattr(args, "url", None) else [])  # named (redacted) in replay lines
 
 

@@ -27,8 +27,9 @@ def run(console: Console, args: argparse.Namespace) -> int:
     if not spec:
         raise ConfigurationError(f"{args.bundle} names no backend: pass --backend NAME (memory, sqlite, ...)")
     backend = resolve(spec, args.url)
+    machine = "queue" if bundle.get("kind") == "queue" else str(bundle.get("machine", "reference"))
     console.print(
-        f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded on "
+        f"replaying {escape(args.bundle)}: {len(bundle['steps'])} steps recorded by the {escape(machine)} machine on "
         f"{escape(str(bundle.get('backend') or 'an unnamed backend'))} (seed {bundle.get('seed')}), now on {escape(spec)} "
         f"({escape(backend.describe())})",
         soft_wrap=True,
@@ -47,6 +48,8 @@ def run(console: Console, args: argparse.Namespace) -> int:
         return 1
     if bundle.get("kind") == "queue":
         console.print("[bold green]no violation[/]: every step kept the queue invariants")
+    elif machine == "model-free":
+        console.print("[bold green]no divergence[/]: every invariant held after every step")
     else:
         console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
     return 0

@@ -1,6 +1,15 @@
-"""The fault machines as one conformance check: generated faults, compared with the reference engine."""
+"""The fault machines as conformance checks: generated faults, judged against the reference engine or by the
+invariants alone.
+
+One of the two runs per store (``--kit-machine``, default ``auto``): a store that
+promises the whole contract on a test clock is compared with the reference engine
+step by step; a store that declares fewer promises is driven by the model-free
+machine with only the steps it promises, and judged by the invariants alone.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -26,29 +35,50 @@ class MachineChecks(AreaChecks):
     def test_fault_machine_agrees_with_reference(self, kit_backend: Backend, request: pytest.FixtureRequest) -> None:
         """Under generated crashes, expired leases, stale completions, clock skew, lost acks, duplicates and
         races, every answer and the whole state match the reference engine after every step."""
-        from kit.machines.bundle import make_bundle, save_bundle
         from kit.machines.machine import run_machine
-        from kit.pytest_plugin import machine_settings
 
-        profile, seed, seeds_dir, spec = machine_settings(request.config, kit_backend)
-        if profile == "none":
-            pytest.skip("unsupported: the fault machines were switched off (--kit-profile none)")
-        outcome = run_machine(kit_backend, profile, seed)
-        if outcome.error:
-            pytest.fail(f"the machine itself failed (seed {seed}): {outcome.error}")
-        if outcome.failure is not None:
-            bundle = make_bundle(spec, kit_backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"])
-            path = save_bundle(bundle, seeds_dir)
-            url = request.config.getoption("kit_url", None)
-            if url:
-                from kit.discovery import redact
+        _run(kit_backend, request, "reference", run_machine)
 
-                spec = f"{spec} --url {redact(url)}"
-            pytest.fail(
-                f"{outcome.failure['message']}\n"
-                f"seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking; saved to {path}\n"
-                f"replay: {replay_command(path, spec)}\n"
-                f"explore the same scenarios again: seed {seed} (kit check {spec} --seed {seed} --profile {profile} "
-                f"-k fault_machine, or pytest --kit-seed {seed} --kit-profile {profile})",
-                pytrace=False,
-            )
+    def test_fault_machine_keeps_the_invariants(self, kit_backend: Backend, request: pytest.FixtureRequest) -> None:
+        """Under generated crashes, expired leases, stale completions, clock skew, killed sessions, lost acks and
+        duplicate delivery (only of what the store promises), after every step: no stale effect, at most one
+        live claim per run and command, duplicates applied once, nothing acknowledged lost, history contiguous
+        and append-only, terminal runs unchanged."""
+        from kit.machines.model_free_machine import run_model_free
+
+        _run(kit_backend, request, "model-free", run_model_free)
+
+
+def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any) -> None:
+    """Run ``machine`` if this session selected it for ``backend``; save and name a failure's bundle."""
+    from kit.machines.bundle import make_bundle, save_bundle
+    from kit.pytest_plugin import machine_mode, machine_settings
+
+    profile, seed, seeds_dir, spec = machine_settings(request.config, backend)
+    if profile == "none":
+        pytest.skip("unsupported: the fault machines were switched off (--kit-profile none)")
+    chosen = machine_mode(request.config, backend)
+    if chosen != machine:
+        pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
+    outcome = run(backend, profile, seed)
+    if outcome.error:
+        pytest.fail(f"the {machine} machine itself failed (seed {seed}): {outcome.error}")
+    if outcome.failure is not None:
+        bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"],
+                             machine=machine, families=outcome.extra.get("families"))
+        path = save_bundle(bundle, seeds_dir)
+        url = request.config.getoption("kit_url", None)
+        if url:
+            from kit.discovery import redact
+
+            spec = f"{spec} --url {redact(url)}"
+        test = "fault_machine_agrees" if machine == "reference" else "fault_machine_keeps"
+        pytest.fail(
+            f"{outcome.failure['message']}\n"
+            f"{machine} machine, seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking; "
+            f"saved to {path}\n"
+            f"replay: {replay_command(path, spec)}\n"
+            f"explore the same scenarios again: seed {seed} (kit check {spec} --seed {seed} --profile {profile} "
+            f"--machine {machine} -k {test}, or pytest --kit-seed {seed} --kit-profile {profile} --kit-machine {machine})",
+            pytrace=False,
+        )

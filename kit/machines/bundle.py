@@ -1,7 +1,9 @@
 """Failure bundles: one JSON file per failure, replayable step by step on any backend.
 
 A bundle holds the kit and Hypothesis versions, the backend and its server
-version, the seed and profile, the shrunk step list and the first divergence.
+version, the seed and profile, the fault machine that recorded it (``machine``:
+``reference`` or ``model-free``, with the promise ``families`` it judged), the
+shrunk step list and the first divergence. It replays in the same machine.
 Replaying needs nothing but the step list: no Hypothesis internals.
 """
 
@@ -21,6 +23,7 @@ from kit import __version__
 from kit.contract import Backend
 from kit.contract.errors import ConfigurationError
 from kit.machines.interpreter import Divergence, Interpreter
+from kit.machines.model_free import MACHINES, MODEL_FREE, REFERENCE, ModelFreeInterpreter
 from kit.machines.steps import step_problem
 
 __all__ = ["BUNDLE_FORMAT", "ReplayResult", "check_steps", "load_bundle", "make_bundle", "replay", "save_bundle"]
@@ -30,9 +33,14 @@ BUNDLE_FORMAT = 1
 
 def make_bundle(
     backend_spec: str, backend: Backend, profile: str, seed: int, steps: list[dict[str, Any]],
-    divergence: dict[str, Any],
+    divergence: dict[str, Any], machine: str = "reference", families: list[str] | None = None,
 ) -> dict[str, Any]:
+    """A bundle; ``machine`` (``reference`` or ``model-free``) is how it replays, ``families`` the promise
+    families a model-free run judged (default on replay: those the replaying store declares)."""
+    extra: dict[str, Any] = {"families": sorted(families)} if families is not None else {}
     return {
+        **extra,
+        "machine": machine,
         "format": BUNDLE_FORMAT,
         "kit_version": __version__,
         "hypothesis_version": hypothesis.__version__,
@@ -75,6 +83,10 @@ def load_bundle(path: Path | str) -> dict[str, Any]:
         raise ConfigurationError(f"{source} is not a readable scenario bundle ({exc}): give a file kit saved") from None
     if not isinstance(bundle, dict) or not isinstance(bundle.get("steps"), list):
         raise ConfigurationError(f"{source} has no step list: it is not a kit scenario bundle")
+    if bundle.get("machine", REFERENCE) not in MACHINES[1:]:
+        raise ConfigurationError(
+            f"{source} names fault machine {bundle.get('machine')!r}; this kit replays {' or '.join(MACHINES[1:])}"
+        )
     if bundle.get("format") != BUNDLE_FORMAT:
         raise ConfigurationError(
             f"{source} is bundle format {bundle.get('format')!r}; this kit reads format {BUNDLE_FORMAT}"
@@ -114,7 +126,8 @@ class ReplayResult:
 
 
 def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], None] | None = None) -> ReplayResult:
-    """Apply the bundle's steps in order; stop at the first divergence (or broken queue invariant)."""
+    """Apply the bundle's steps in order with the machine that recorded them (the reference-comparing one,
+    or the model-free one judging invariants alone); stop at the first divergence."""
     if bundle.get("kind") == "queue":
         from kit.machines.queue_machine import replay_queue
 
@@ -127,7 +140,12 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
             narrate(line)
 
     check_steps(bundle["steps"], "the bundle")
-    interpreter = Interpreter(backend, narrate=say)
+    interpreter: Interpreter | ModelFreeInterpreter
+    if bundle.get("machine", REFERENCE) == MODEL_FREE:
+        families = frozenset(bundle["families"]) if isinstance(bundle.get("families"), list) else None
+        interpreter = ModelFreeInterpreter(backend, narrate=say, families=families)
+    else:
+        interpreter = Interpreter(backend, narrate=say)
     try:
         for step in bundle["steps"]:
             interpreter.apply(step)

@@ -41,7 +41,7 @@ from kit.machines.steps import describe
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
-__all__ = ["Divergence", "Interpreter", "StepRecord"]
+__all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "inner_failure_unit", "operation", "verify_schema"]
 
 RACE_TIMEOUT_S = 60.0
 PARK_S = 30.0
@@ -190,7 +190,8 @@ class Interpreter:
             self._acked.add((tenant, "signal", f"{step['run']}\x1f{step['key']}"))
 
     # -- the operations -------------------------------------------------------
-    def _operation(self, step: dict[str, Any]) -> tuple[Callable[[Side], Any], Callable[[Side, Any], None] | None]:
+    @staticmethod
+    def _operation(step: dict[str, Any]) -> tuple[Callable[[Side], Any], Callable[[Side, Any], None] | None]:
         """The store call a step stands for, and what the worker remembers of its result."""
         op, w = step["op"], step.get("worker", CLOCK_WORKER)
         source = step.get("claim_of", w)  # duplicate delivery: another connection sends the same claim
@@ -283,25 +284,7 @@ class Interpreter:
         return self._both(index, step, set_clock)
 
     def _deadlines(self, target: str, only_run: str | None = None) -> list[datetime]:
-        found: list[datetime] = []
-        for worker in self.reference.tenants().values():
-            store = _observer(self.reference, worker)
-            for run in iter_pages(store):
-                if only_run is not None and run.run_id != only_run:
-                    continue
-                if target == "lease" and run.status is RunStatus.RUNNING and run.claim_expires_at:
-                    found.append(run.claim_expires_at)
-                if target == "wake" and run.wake_at is not None and not run.status.terminal:
-                    found.append(run.wake_at)
-                if target == "timer":
-                    found.extend(t.fire_at for t in store.list_timers(run.run_id) if t.status.value == "scheduled")
-                if target == "command":
-                    for c in store.list_commands(run.run_id):
-                        if c.status.value == "claimed" and c.claim_expires_at:
-                            found.append(c.claim_expires_at)
-                        elif c.status.value == "pending":
-                            found.append(c.not_before)
-        return found
+        return deadlines(self.reference, target, only_run)
 
     # -- faults -------------------------------------------------------------
     def _do_crash(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
@@ -543,40 +526,13 @@ class Interpreter:
 
     # -- schema and units of work ---------------------------------------------
     def _do_verify_schema(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
-        def verify(side: Side) -> Any:
-            migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
-            if step.get("tamper"):  # the last applied file changes after applying: its checksum differs
-                last = migrations[-1]
-                migrations[-1] = Migration(last.version, last.name, last.sql + "\n-- changed after applying\n")
-            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
-            try:
-                store.verify_schema()
-                return "schema verified"
-            finally:
-                store.close()
-
-        return self._both(index, step, verify)
+        return self._both(index, step, lambda side: verify_schema(side, bool(step.get("tamper"))))
 
     def _do_uow_inner_failure(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
         """A unit of work whose inner block fails while the outer swallows it must roll back whole."""
-        w = step["worker"]
-        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
-
-        def unit(side: Side) -> Any:
-            store = side.store(w)
-            with store.transaction():
-                store.start_run(step["run"], ref, step.get("input"))
-                try:
-                    with store.transaction():
-                        store.send_signal(step["run"], "sig", None, "uow")
-                        raise _InnerFailure()
-                except _InnerFailure:
-                    pass
-            return "committed"
-
         if Capability.UNIT_OF_WORK not in self.capabilities:
             return "skipped: no unit_of_work", "skipped: no unit_of_work"
-        return self._both(index, step, unit)
+        return self._both(index, step, lambda side: inner_failure_unit(side, step["worker"], step["run"], step.get("input")))
 
     # ==================================================================
     # state comparison and invariants
@@ -611,6 +567,59 @@ class Interpreter:
         self._before = adapter_state
 
 
+def deadlines(side: Side, target: str, only_run: str | None = None) -> list[datetime]:
+    """Every lease expiry, wake time, scheduled timer or command deadline ``side`` shows (``target``)."""
+    found: list[datetime] = []
+    for worker in side.tenants().values():
+        store = _observer(side, worker)
+        for run in iter_pages(store):
+            if only_run is not None and run.run_id != only_run:
+                continue
+            if target == "lease" and run.status is RunStatus.RUNNING and run.claim_expires_at:
+                found.append(run.claim_expires_at)
+            if target == "wake" and run.wake_at is not None and not run.status.terminal:
+                found.append(run.wake_at)
+            if target == "timer":
+                found.extend(t.fire_at for t in store.list_timers(run.run_id) if t.status.value == "scheduled")
+            if target == "command":
+                for c in store.list_commands(run.run_id):
+                    if c.status.value == "claimed" and c.claim_expires_at:
+                        found.append(c.claim_expires_at)
+                    elif c.status.value == "pending":
+                        found.append(c.not_before)
+    return found
+
+
+def verify_schema(side: Side, tamper: bool) -> str:
+    """``verify_schema()`` on ``side``'s database, against its migrations or (``tamper``) a changed last file."""
+    migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
+    if tamper:  # the last applied file changes after applying: its checksum differs
+        last = migrations[-1]
+        migrations[-1] = Migration(last.version, last.name, last.sql + "\n-- changed after applying\n")
+    store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=side.clock, migrations=migrations)
+    try:
+        store.verify_schema()
+        return "schema verified"
+    finally:
+        store.close()
+
+
+def inner_failure_unit(side: Side, worker: str, run: str, payload: Any = None) -> str:
+    """One unit of work on ``side``: start ``run``, then an inner block signals it and fails; the outer block
+    swallows the failure and finishes ("committed" if the store let it)."""
+    ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+    store = side.store(worker)
+    with store.transaction():
+        store.start_run(run, ref, payload)
+        try:
+            with store.transaction():
+                store.send_signal(run, "sig", None, "uow")
+                raise _InnerFailure()
+        except _InnerFailure:
+            pass
+    return "committed"
+
+
 class _InnerFailure(Exception):
     pass
 
@@ -629,3 +638,7 @@ def _wait_us(us: int) -> None:
 
 def _observer(side: Side, worker: str) -> Any:
     return side.observer(side.workers[worker].tenant)
+
+
+operation = Interpreter._operation
+"""The store call a step stands for and what its worker remembers of the result (on any side)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from kit.contract.json_exact import json_equal
 
-__all__ = ["violations"]
+__all__ = ["acknowledged_violations", "state_violations", "violations"]
 
 State = dict[str, dict[str, Any]]
 """tenant -> run id -> run state (see kit.inspect.run_state), plus raw key lists."""
@@ -26,6 +26,25 @@ def violations(
     committed_decisions: dict[tuple[str, str], int],
     acknowledged: set[tuple[str, str, str]],
 ) -> list[str]:
+    """Every invariant, with the exact count of committed decisions a model knows (invariant 2)."""
+    found: list[str] = []
+    for tenant, runs in after.items():
+        for run_id, state in runs.items():
+            if state is None:
+                continue
+            expected = committed_decisions.get((tenant, run_id), 0)
+            if state["run"]["revision"] != expected:
+                found.append(
+                    f"run {run_id!r} (tenant {tenant}): revision is {state['run']['revision']} but {expected} "
+                    "decisions were committed (invariant 2)"
+                )
+    return state_violations(before, after, now) + found + acknowledged_violations(after, acknowledged)
+
+
+def state_violations(before: State | None, after: State, now: datetime) -> list[str]:
+    """What the state itself (and the state before the step) contradicts, with no model of the store:
+    history contiguous and append-only, keys unique, no early timer, generations only grow, terminal runs
+    unchanged, consumed signals stay consumed."""
     found: list[str] = []
     for tenant, runs in after.items():
         for run_id, state in runs.items():
@@ -36,11 +55,6 @@ def violations(
             seqs = [e["seq"] for e in state["history"]]
             if seqs != list(range(1, len(seqs) + 1)):
                 found.append(f"{where}: history seq is {seqs}, not 1..{len(seqs)} without gaps (invariant 1)")
-            expected = committed_decisions.get((tenant, run_id), 0)
-            if run["revision"] != expected:
-                found.append(
-                    f"{where}: revision is {run['revision']} but {expected} decisions were committed (invariant 2)"
-                )
             for kind in ("signals", "commands", "timers"):
                 keys = state["raw_keys"][kind]
                 if len(keys) != len(set(keys)):
@@ -67,6 +81,12 @@ def violations(
                 if sig["status"] == "consumed" and (new is None or new["status"] != "consumed"
                                                     or new["consumed_revision"] != sig["consumed_revision"]):
                     found.append(f"{where}: signal {key!r} was consumed, then changed (invariant 5)")
+    return found
+
+
+def acknowledged_violations(after: State, acknowledged: set[tuple[str, str, str]]) -> list[str]:
+    """Acknowledged starts and signals (``(tenant, "run"|"signal", key)``) missing from ``after`` (invariant 7)."""
+    found: list[str] = []
     for tenant, kind, key in sorted(acknowledged):
         runs = after.get(tenant, {})
         if kind == "run" and runs.get(key) is None:

@@ -29,7 +29,7 @@ from kit.contract import Backend, Capability
 from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
 from kit.machines.interpreter import Divergence, Interpreter
 
-__all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "pinned_generation", "run_machine"]
+__all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "pinned_generation", "pooled_database", "run_machine"]
 
 #: Keys that collide under case- or normalisation-insensitive comparison, or when a
 #: too-short column truncates them (the long ones differ only in their last character).
@@ -117,6 +117,20 @@ PROFILES = {
 }
 
 
+def pooled_database(backend: Backend, pool: list[Any]) -> Any:
+    """One database per machine run, emptied between examples where the adapter can; else None."""
+    if pool and hasattr(pool[0], "reset"):
+        pool[0].reset()
+        return pool[0]
+    if not pool:
+        database = backend.provision()
+        if hasattr(database, "reset"):
+            pool.append(database)
+            return database
+        database.drop()
+    return None
+
+
 class _Machine(RuleBasedStateMachine):
     backend: ClassVar[Backend]
     failures: ClassVar[list[dict[str, Any]]]
@@ -132,18 +146,7 @@ class _Machine(RuleBasedStateMachine):
 
     @classmethod
     def _database(cls) -> Any:
-        """One database per machine run, emptied between examples where the adapter can; else None."""
-        pool: list[Any] = cls.pool
-        if pool and hasattr(pool[0], "reset"):
-            pool[0].reset()
-            return pool[0]
-        if not pool:
-            database = cls.backend.provision()
-            if hasattr(database, "reset"):
-                pool.append(database)
-                return database
-            database.drop()
-        return None
+        return pooled_database(cls.backend, cls.pool)
 
     def teardown(self) -> None:
         self.interp.close()

@@ -59,8 +59,9 @@ class Worker:
 class Side:
     """The adapter (or the reference engine) as the steps see it."""
 
-    def __init__(self, label: str, database: Database, migrate: bool = True) -> None:
+    def __init__(self, label: str, database: Database, migrate: bool = True, clock: ClockMode = ClockMode.TEST) -> None:
         self.label = label
+        self.clock = clock
         self.database = database
         self.workers = {name: Worker(name, tenant) for name, tenant in WORKERS.items()}
         self._observers: dict[str, Storage] = {}
@@ -72,7 +73,7 @@ class Side:
         """The worker's store, reopened after a crash (a restarted process keeps its memory)."""
         w = self.workers[worker]
         if w.store is None:
-            w.store = self.database.open(w.tenant, clock=ClockMode.TEST, statement_hook=w.faults)
+            w.store = self.database.open(w.tenant, clock=self.clock, statement_hook=w.faults)
         return w.store
 
     def crash(self, worker: str) -> None:
@@ -84,14 +85,14 @@ class Side:
     def observer(self, tenant: str) -> Storage:
         """A store per tenant used only to read state: no faults, never crashed."""
         if tenant not in self._observers:
-            self._observers[tenant] = self.database.open(tenant, clock=ClockMode.TEST)
+            self._observers[tenant] = self.database.open(tenant, clock=self.clock)
         return self._observers[tenant]
 
     def reader(self, worker: str) -> Storage:
         """A fault-free store of the worker's tenant that only this worker's steps read through."""
         key = f"reader:{worker}"
         if key not in self._observers:
-            self._observers[key] = self.database.open(self.workers[worker].tenant, clock=ClockMode.TEST)
+            self._observers[key] = self.database.open(self.workers[worker].tenant, clock=self.clock)
         return self._observers[key]
 
     def close(self) -> None:
