@@ -67,6 +67,12 @@ from kit.reference._values import detached, detached_all
 __all__ = ["MemoryStore", "SharedState"]
 
 
+LOCK_WAIT_SECONDS = 10.0
+"""How long a unit of work waits for another thread's open unit before LockTimeout (a real database's
+lock wait timeout; without it a second connection waiting on a unit its own caller must end first, as
+through the wire bridge, would wait for ever)."""
+
+
 @dataclass
 class _Unit:
     """One store's open unit of work: the state it started from, its working copy, its row locks."""
@@ -171,7 +177,12 @@ class MemoryStore:
             finally:
                 self._depth -= 1
             return
-        with self._shared.lock:
+        if not self._shared.lock.acquire(timeout=LOCK_WAIT_SECONDS):
+            raise LockTimeout(
+                f"another thread's transaction() held this database for {LOCK_WAIT_SECONDS:g} s (the reference "
+                "engine runs one unit of work at a time): commit or roll back that unit first"
+            )
+        try:
             base = self._shared.tables
             unit = _Unit(base, base.copy())
             self._shared.open_units.append(unit)
@@ -195,6 +206,8 @@ class MemoryStore:
                 self._tx = None
                 self._depth = 0
             self._write(COMMITTED_POINT)
+        finally:
+            self._shared.lock.release()
         for callback in tx.callbacks:
             callback()
 

@@ -100,26 +100,35 @@ def encode_payload(value: Any, where: str = "payload") -> Any:
 
     Tuples, sets, bytes and non-str keys have no JSON form, so they never reach a
     store (a Python store refuses them too). NaN and infinities are sent tagged so
-    the store itself must refuse them.
+    the store itself must refuse them. Iterative: any nesting depth, from any caller stack.
     """
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        return _encode_int(value)
-    if isinstance(value, float):
-        return _encode_float(value)
-    if isinstance(value, list):
-        return [encode_payload(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidArgument(f"{where} has key {k!r} of type {type(k).__name__}; JSON object keys are str")
-            out[k] = encode_payload(v, f"{where}[{k!r}]")
-        return {"$obj": out} if any(k.startswith("$") for k in out) else out
-    raise InvalidArgument(
-        f"{where} is a {type(value).__name__}, not a JSON value: use None, bool, int, float, str, list or dict"
-    )
+    root: list[Any] = [None]
+    work: list[tuple[Any, Any, Any, str]] = [(value, root, 0, where)]
+    while work:
+        item, parent, slot, at = work.pop()
+        if item is None or isinstance(item, bool | str):
+            parent[slot] = item
+        elif isinstance(item, int):
+            parent[slot] = _encode_int(item)
+        elif isinstance(item, float):
+            parent[slot] = _encode_float(item)
+        elif isinstance(item, list):
+            items: list[Any] = [None] * len(item)
+            parent[slot] = items
+            work.extend((v, items, i, f"{at}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, dict):
+            fields: dict[str, Any] = {}
+            for k in item:
+                if not isinstance(k, str):
+                    raise InvalidArgument(f"{at} has key {k!r} of type {type(k).__name__}; JSON object keys are str")
+                fields[k] = None
+            parent[slot] = {"$obj": fields} if any(k.startswith("$") for k in fields) else fields
+            work.extend((v, fields, k, f"{at}[{k!r}]") for k, v in item.items())
+        else:
+            raise InvalidArgument(
+                f"{at} is a {type(item).__name__}, not a JSON value: use None, bool, int, float, str, list or dict"
+            )
+    return root[0]
 
 
 def encode(value: Any, field: str = "value") -> Any:
@@ -156,28 +165,42 @@ def encode(value: Any, field: str = "value") -> Any:
 # decoding
 # ----------------------------------------------------------------------
 def decode_value(value: Any, where: str = "value") -> Any:
-    """A JSON payload from the wire, tags resolved (``$int``, ``$obj``, ``$float``)."""
-    if isinstance(value, list):
-        return [decode_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        if len(value) == 1:
-            (tag, inner), = value.items()
-            if tag == "$int":
-                if not isinstance(inner, str) or not re.fullmatch(r"-?\d+", inner):
-                    raise WireTypeError(f"{where}: $int must hold decimal digits, got {inner!r}")
-                return int(inner)
-            if tag == "$obj":
-                if not isinstance(inner, dict):
-                    raise WireTypeError(f"{where}: $obj must hold an object")
-                return {k: decode_value(v, f"{where}[{k!r}]") for k, v in inner.items()}
-            if tag == "$float":
-                if inner not in ("NaN", "Infinity", "-Infinity"):
-                    raise WireTypeError(f"{where}: $float must be NaN, Infinity or -Infinity")
-                return float(inner.replace("Infinity", "inf"))
-        if any(k.startswith("$") for k in value):
-            raise WireTypeError(f"{where}: unknown tag in {sorted(value)}: objects with $ keys travel as $obj")
-        return {k: decode_value(v, f"{where}[{k!r}]") for k, v in value.items()}
-    return value
+    """A JSON payload from the wire, tags resolved (``$int``, ``$obj``, ``$float``); iterative, any depth."""
+    root: list[Any] = [None]
+    work: list[tuple[Any, Any, Any, str]] = [(value, root, 0, where)]
+    while work:
+        item, parent, slot, at = work.pop()
+        if isinstance(item, list):
+            items: list[Any] = [None] * len(item)
+            parent[slot] = items
+            work.extend((v, items, i, f"{at}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, dict):
+            if len(item) == 1:
+                (tag, inner), = item.items()
+                if tag == "$int":
+                    if not isinstance(inner, str) or not re.fullmatch(r"-?\d+", inner):
+                        raise WireTypeError(f"{at}: $int must hold decimal digits, got {inner!r}")
+                    parent[slot] = int(inner)
+                    continue
+                if tag == "$float":
+                    if inner not in ("NaN", "Infinity", "-Infinity"):
+                        raise WireTypeError(f"{at}: $float must be NaN, Infinity or -Infinity")
+                    parent[slot] = float(inner.replace("Infinity", "inf"))
+                    continue
+                if tag == "$obj":
+                    if not isinstance(inner, dict):
+                        raise WireTypeError(f"{at}: $obj must hold an object")
+                    item = inner
+                elif tag.startswith("$"):
+                    raise WireTypeError(f"{at}: unknown tag in {sorted(item)}: objects with $ keys travel as $obj")
+            elif any(k.startswith("$") for k in item):
+                raise WireTypeError(f"{at}: unknown tag in {sorted(item)}: objects with $ keys travel as $obj")
+            fields: dict[str, Any] = dict.fromkeys(item)
+            parent[slot] = fields
+            work.extend((v, fields, k, f"{at}[{k!r}]") for k, v in item.items())
+        else:
+            parent[slot] = item
+    return root[0]
 
 
 def _tagged(value: Any, tag: str, where: str) -> Any:

@@ -30,6 +30,9 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
+from kit.contract.validation import (
+    _stack_independent,  # the contract's one any-stack JSON codec seam
+)
 from kit.wire.errors import StoreProcessFault, WireProtocolError
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "Transport", "connect_exec", "connect_tcp"]
@@ -154,7 +157,11 @@ class Transport:
         self._send({"id": request["id"], "ok": result})
 
     def _send(self, message: dict[str, Any]) -> None:
-        line = json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+        # The C encoder recurses per nesting level against the caller's stack: a payload at the contract's
+        # depth limit must encode from any caller, so it re-runs on a fresh thread when the stack runs out.
+        text = _stack_independent(_dumps_ascii, message)
+        assert isinstance(text, str)
+        line = text.encode("ascii")
         if len(line) > self.max_bytes:
             from kit.contract.errors import InvalidArgument
 
@@ -349,3 +356,7 @@ def connect_tcp(host: str, port: int, timeout: float = DEFAULT_TIMEOUT_S) -> Tra
         sock.close()
 
     return Transport(reader, writer, f"store server wire://{host}:{port}", on_close=on_close, timeout=timeout)
+
+
+def _dumps_ascii(message: object) -> str:
+    return json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
