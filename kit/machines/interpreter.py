@@ -19,19 +19,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kit.connections import COMMIT_POINT
 from kit.contract import (
     Backend,
     Capability,
     ClockMode,
+    Decision,
     DefinitionRef,
     KitError,
     MigrationSpec,
+    NewEvent,
     Outcome,
     RunStatus,
     Snapshot,
     StorageError,
 )
 from kit.contract.protocol import iter_pages
+from kit.faults import InjectedFault
 from kit.inspect import observable_state
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
@@ -560,6 +564,98 @@ class Interpreter:
         if Capability.UNIT_OF_WORK not in self.capabilities:
             return "skipped: no unit_of_work", "skipped: no unit_of_work"
         return self._both(index, step, unit)
+
+    def _do_unit(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A unit of work with after-commit callbacks, a nested block, a claim and a fenced commit inside.
+
+        ``mode`` says how it ends: ``commit`` (everything lands, callbacks run once, in registration
+        order, only after the outermost commit), ``outer_fails`` (the nested block succeeded, then the
+        outer block raises: nothing lands, no callback runs) or ``commit_fails`` (the COMMIT itself
+        fails: nothing lands, no callback runs). On the way, ``lock_run`` is tried outside the unit
+        (refused) and inside it (the run), and another connection reads the run while the unit is
+        open (it must not see the unit's writes).
+        """
+        mode, w, run = step.get("mode", "commit"), step["worker"], step["run"]
+        if Capability.UNIT_OF_WORK not in self.capabilities:
+            return "skipped: no unit_of_work", "skipped: no unit_of_work"
+        if mode == "commit_fails" and Capability.STATEMENT_FAULTS not in self.capabilities:
+            return "skipped: no statement_faults", "skipped: no statement_faults"
+        concurrent = Capability.CONCURRENT_CONNECTIONS in self.capabilities
+        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+        lease = timedelta(seconds=step.get("lease_s", 30))
+
+        def unit(side: Side) -> Any:
+            calls: list[str] = []
+            armed: list[bool] = []
+
+            def fail_commit(statement: str) -> None:
+                if armed and statement == COMMIT_POINT:
+                    raise InjectedFault("injected fault at COMMIT")
+
+            own = mode == "commit_fails"
+            store = side.database.open(side.workers[w].tenant, clock=ClockMode.TEST,
+                                       statement_hook=fail_commit) if own else side.store(w)
+            seen: dict[str, Any] = {}
+            reader = side.reader(w)  # opened before the unit: opening a store may itself need to write
+            try:
+                try:
+                    seen["lock_outside"] = normalize(store.lock_run(run))
+                except KitError as exc:
+                    seen["lock_outside"] = normalize(exc)
+                armed.append(True)
+                try:
+                    with store.transaction() as outer:
+                        outer.on_commit(lambda: calls.append("outer-1"))
+                        with store.transaction() as inner:
+                            inner.on_commit(lambda: calls.append("inner"))
+                            seen["start"] = normalize(store.start_run(run, ref, step.get("input"), f"unit-{run}"))
+                        seen["locked"] = normalize(store.lock_run(run))
+                        if concurrent:
+                            seen["seen_by_others"] = self._read_beside(reader, run, index, step)
+                        claims = store.claim_runs(w, lease, 1)
+                        seen["claims"] = normalize(claims)
+                        if claims:
+                            decision = Decision(RunStatus.BLOCKED, events=(NewEvent("step", "unit"),))
+                            seen["commit"] = normalize(store.commit_decision(claims[0], claims[0].revision, decision))
+                        seen["signal"] = normalize(store.send_signal(run, "sig", step.get("payload"), "unit"))
+                        outer.on_commit(lambda: calls.append("outer-2"))
+                        seen["callbacks_inside"] = list(calls)
+                        if mode == "outer_fails":
+                            raise _InnerFailure()
+                    seen["end"] = "committed"
+                except _InnerFailure:
+                    seen["end"] = "rolled back"
+                except KitError as exc:
+                    seen["end"] = normalize(exc)
+            finally:
+                if own:
+                    store.close()
+            seen["callbacks"] = calls
+            return seen
+
+        outcome = self._both(index, step, unit)
+        ref = outcome[1]
+        if isinstance(ref, dict) and ref.get("end") == "committed" and ref.get("commit") == Outcome.COMMITTED.value:
+            key = (self.reference.workers[w].tenant, ref["claims"][0]["run"])
+            self._commits[key] = self._commits.get(key, 0) + 1
+        return outcome
+
+    def _read_beside(self, reader: Any, run: str, index: int, step: dict[str, Any]) -> Any:
+        """The run as another connection sees it while a unit is open (on a thread: it must not wait)."""
+        box: list[Any] = []
+
+        def read() -> None:
+            try:
+                box.append(normalize(reader.get_run(run)))
+            except KitError as exc:
+                box.append(normalize(exc))
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        thread.join(RACE_TIMEOUT_S)
+        if thread.is_alive():
+            raise Divergence(index, step, "blocked", "a reader on another connection waited for an open unit of work")
+        return box[0] if box else "reader failed"
 
     # ==================================================================
     # state comparison and invariants

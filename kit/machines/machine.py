@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta, timezone
 from typing import Any, ClassVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
@@ -40,6 +41,11 @@ TIMER_KEYS = ("t0", "t1")
 EVENT_KEYS = (None, None, "e0", "e1")
 TENANT_A = ("w0", "w1", "w2")
 ALL_WORKERS = ("w0", "w1", "w2", "w3")
+UNIT_RUNS = ("u0", "u1")
+#: Offsets (minutes east of UTC) for absolute instants a decision names.
+ZONES = (0, 330, -480, 840, -720)
+BIG_INTEGERS = (2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**64 + 1,
+                -(2**64) - 1, 10**30)
 ADVANCES_US = (1, 999, 1_000, 500_000, 5_000_000, 30_000_000, 3_600_000_000)
 
 workers = st.sampled_from(TENANT_A + TENANT_A + ("w3",))
@@ -591,6 +597,226 @@ class _Machine(RuleBasedStateMachine):
     def uow_inner_failure(self, w: str, run: str) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
         self.step({"op": "uow_inner_failure", "worker": w, "run": run})
+
+
+    # -- reach: rules for what the others never (or too rarely) reach ------------------------
+    # Each rule below builds the setup it needs itself (a live claim, a claimed command, a due
+    # timer) so the sequence it exists for happens whenever it is drawn, not by luck.
+    def _claim_for(self, w: str, limit: int = 1) -> str | None:
+        """``w`` claims (up to ``limit``) runs and loads one it now holds live; that run, if any."""
+        self.step({"op": "claim_runs", "worker": w, "limit": limit})
+        claims_by_run = self.interp.reference.workers[w].run_claims
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if not mine:
+            return None
+        run = max(mine, key=lambda r: (claims_by_run[r][-1].expires_at, claims_by_run[r][-1].generation, r))
+        self.step({"op": "load", "worker": w, "run": run})
+        return run
+
+    def _input_beside(self, holder: str, other: str, kind: str) -> tuple[str, dict[str, Any]] | None:
+        """A run ``holder`` holds live and has loaded, plus a waking write of ``kind`` for it by ``other``.
+
+        For ``complete`` ``other`` holds one of the run's commands, for ``fire_timers`` one of its timers
+        is due: the run first commits a pending decision scheduling both, ``other`` claims the command,
+        the clock reaches the timer, and ``holder`` claims the run again.
+        """
+        if kind in ("complete", "fire_timers"):
+            run = self._claim_for(holder)
+            if run is None:
+                return None
+            self.step({"op": "commit", "worker": holder, "run": run, "decision": {
+                "status": "pending", "commands": [{"key": "cw", "queue": "wake", "max_attempts": 3}],
+                "timers": [{"key": "tw", "delay_ms": 1}]}})
+            self.step({"op": "claim_commands", "worker": other, "limit": 3, "queues": ["wake"]})
+            self.step({"op": "advance", "us": 1_000})
+            again = self._claim_for(holder, limit=3)
+            if again is None:
+                return None
+            run = again
+        else:
+            found = self._claim_for(holder)
+            if found is None:
+                return None
+            run = found
+        wake: dict[str, Any]
+        if kind == "signal":
+            wake = {"op": "signal", "worker": other, "run": run, "key": "wake", "payload": other}
+        elif kind == "cancel":
+            wake = {"op": "cancel", "worker": other, "run": run, "reason": "beside a decision"}
+        elif kind == "complete":
+            wake = {"op": "complete", "worker": other, "run": run, "key": "cw", "result": "done"}
+        else:
+            wake = {"op": "fire_timers", "worker": other, "limit": 10}
+        return run, wake
+
+    _WAKE: ClassVar[dict[str, Any]] = {
+        "pair": st.permutations(TENANT_A), "kind": st.sampled_from(("signal", "complete", "fire_timers", "cancel")),
+    }
+
+    @rule(**_WAKE, events=st.booleans())
+    def input_during_decision(self, pair: list[str], kind: str, events: bool) -> None:
+        """Input lands (signal, completion, timer firing, cancel) between a decider's load and its blocking
+        commit: the commit must leave the run runnable."""
+        holder, other = pair[0], pair[1]
+        found = self._input_beside(holder, other, kind)
+        if found is None:
+            return
+        run, wake = found
+        self.step(wake)
+        decision: dict[str, Any] = {"status": "blocked"}
+        if events:
+            decision["events"] = [{"kind": "step", "payload": kind}]
+        self.step({"op": "commit", "worker": holder, "run": run, "decision": decision})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(**_WAKE, order=st.sampled_from(("decision_first", "wake_first")), at=st.sampled_from(("first_lock", "start")))
+    def interleave_wake(self, pair: list[str], kind: str, order: str, at: str) -> None:
+        """The lost wake-up under true concurrency: a blocking decision and a waking write on another
+        connection overlap. ``decision_first``: the decision parks at its COMMIT (after its read of the run)
+        while the waking write runs up to ``at``; ``wake_first``: the other way round."""
+        holder, other = pair[0], pair[1]
+        found = self._input_beside(holder, other, kind)
+        if found is None:
+            return
+        run, wake = found
+        commit = {"op": "commit", "worker": holder, "run": run, "decision": {"status": "blocked"}}
+        ops = [commit, wake] if order == "decision_first" else [wake, commit]
+        self.step({"op": "interleave", "at": at, "ops": ops})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
+          events=st.sampled_from((0, 1, 2)), status=st.sampled_from(("blocked", "pending", "completed")))
+    def overlapping_duplicate_commit(self, pair: list[str], at: str, events: int, status: str) -> None:
+        """One decision delivered twice on two connections, the first copy parked at its COMMIT while the
+        second runs: exactly one commits, the other gets a protocol outcome, never a raw error."""
+        holder = pair[0]
+        run = self._claim_for(holder)
+        if run is None:
+            return
+        decision: dict[str, Any] = {"status": status,
+                                    "events": [{"kind": "step", "payload": i} for i in range(events)]}
+        ops = [{"op": "commit", "worker": x, "claim_of": holder, "run": run, "decision": decision} for x in pair[:2]]
+        self.step({"op": "interleave", "at": at, "ops": ops})
+
+    @rule(w=st.sampled_from(TENANT_A), other=st.sampled_from(TENANT_A),
+          status=st.sampled_from(("completed", "failed", "cancelled")),
+          then=st.sampled_from(("cancel", "cancel", "signal", "complete", "fire_timers", "start", "commit")))
+    def terminal_then_input(self, w: str, other: str, status: str, then: str) -> None:
+        """A run closes (its outstanding command claimed by a worker, a timer due), then input arrives:
+        cancel, a signal, the command's completion, the timer, a start of the same id, a late commit."""
+        run = self._claim_for(w)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": w, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "ct", "queue": "closing", "max_attempts": 2}],
+            "timers": [{"key": "tt", "delay_ms": 1}]}})
+        self.step({"op": "claim_commands", "worker": other, "limit": 1, "queues": ["closing"]})
+        self.step({"op": "advance", "us": 1_000})
+        again = self._claim_for(w, limit=3)
+        if again is None:
+            return
+        closing: dict[str, Any] = {"status": status, "events": [{"kind": "step", "payload": status}]}
+        if status == "completed":
+            closing["output"] = {"ok": True}
+        if status == "failed":
+            closing["error"] = "boom"
+        self.step({"op": "commit", "worker": w, "run": again, "decision": closing})
+        if then == "cancel":
+            self.step({"op": "cancel", "worker": other, "run": again, "reason": "too late"})
+        elif then == "signal":
+            self.step({"op": "signal", "worker": other, "run": again, "key": "late", "payload": 1})
+        elif then == "complete":
+            self.step({"op": "complete", "worker": other, "run": again, "key": "ct", "result": "late"})
+        elif then == "fire_timers":
+            self.step({"op": "fire_timers", "worker": other, "limit": 10})
+        elif then == "start":
+            self.step({"op": "start", "worker": other, "run": again})
+        else:
+            self.step({"op": "commit", "worker": w, "run": again, "decision": {"status": "blocked"}})
+
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), attempts=st.sampled_from((1, 2, 3)),
+          retry_ms=st.sampled_from((0, 0, 1, 500)), error=small_json,
+          last=st.sampled_from(("fail", "fail", "heartbeat", "complete")))
+    def exhaust_attempts(self, decider: str, w: str, attempts: int, retry_ms: int, error: Any, last: str) -> None:
+        """A command fails (retryably) on every attempt until its attempts run out: then it has failed for
+        good, the run wakes, and the failure is in the decider's next snapshot; a late call then is refused."""
+        run = self._claim_for(decider)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "blocked", "commands": [{"key": "cx", "queue": "retry", "max_attempts": attempts}]}})
+        for _ in range(attempts):
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["retry"]})
+            self.step({"op": "fail", "worker": w, "run": run, "key": "cx", "error": error, "retryable": True,
+                       "retry_after_ms": retry_ms})
+            if retry_ms:  # the retry is due at once otherwise
+                self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": 0})
+        self.step(_command_step(last, w, run, "cx", error, True))
+        self.step({"op": "claim_commands", "worker": w, "limit": 1, "queues": ["retry"]})
+        self._claim_for(decider, limit=3)
+
+    @rule(decider=st.sampled_from(TENANT_A), w=workers, queue=st.sampled_from(("q1", "q2", "default")),
+          queues=st.sampled_from((("q1",), ("q2",), ("q1", "q2"), ("default",), ())), limit=st.integers(1, 3))
+    def queued_commands(self, decider: str, w: str, queue: str, queues: tuple[str, ...], limit: int) -> None:
+        """Commands go to named queues; a worker claiming with a queue filter gets only those queues'
+        commands (an empty filter claims nothing)."""
+        run = self._claim_for(decider)
+        if run is not None:
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {"status": "blocked", "commands": [
+                {"key": "cq", "queue": queue, "max_attempts": 2}, {"key": "cr", "queue": "q2", "max_attempts": 2}]}})
+        self.step({"op": "claim_commands", "worker": w, "limit": limit, "queues": list(queues)})
+
+    @precondition(lambda self: self.has(Capability.UNIT_OF_WORK))
+    @rule(w=st.sampled_from(TENANT_A), run=st.sampled_from(UNIT_RUNS),
+          mode=st.sampled_from(("commit", "commit", "outer_fails", "commit_fails")), payload=small_json)
+    def unit_of_work(self, w: str, run: str, mode: str, payload: Any) -> None:
+        """A unit of work with after-commit callbacks, a nested block that succeeds, lock_run, a claim and a
+        fenced commit inside; it commits, fails after its nested block, or fails at COMMIT."""
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "unit", "worker": w, "run": run, "mode": mode, "input": payload, "payload": payload})
+
+    @rule(w=st.sampled_from(TENANT_A), delta_us=st.sampled_from((1, 999_999, 1_000_001, 30_000_000)),
+          zone=st.sampled_from(ZONES), what=st.sampled_from(("wake_pending", "wake_blocked", "fire_at")),
+          late=st.sampled_from((-1, 0)))
+    def absolute_times(self, w: str, delta_us: int, zone: int, what: str, late: int) -> None:
+        """A decision names absolute instants (microseconds, a non-UTC offset): a pending run's wake time,
+        a blocked run's deadline, a timer's fire_at. Nothing happens a microsecond early, all of it on time."""
+        run = self._claim_for(w)
+        if run is None:
+            return
+        now = self.interp.reference.store("w0").now()
+        at = (now + timedelta(microseconds=delta_us)).astimezone(timezone(timedelta(minutes=zone)))
+        text = at.isoformat(timespec="microseconds")
+        decision: dict[str, Any] = {"status": "pending" if what == "wake_pending" else "blocked"}
+        if what == "fire_at":
+            decision["timers"] = [{"key": "ta", "fire_at": text}]
+        else:
+            decision["wake_at"] = text
+        self.step({"op": "commit", "worker": w, "run": run, "decision": decision})
+        target = "timer" if what == "fire_at" else "wake"
+        self.step({"op": "advance_to", "target": target, "run": run, "offset_us": late})
+        self.step({"op": "fire_timers" if what == "fire_at" else "claim_runs", "worker": w, "limit": 10})
+        if late:  # a microsecond early: nothing happened; now it is due
+            self.step({"op": "advance", "us": 1})
+            self.step({"op": "fire_timers" if what == "fire_at" else "claim_runs", "worker": w, "limit": 10})
+
+    @rule(w=st.sampled_from(TENANT_A), run=runs, value=st.sampled_from(BIG_INTEGERS),
+          where=st.sampled_from(("start", "signal", "output", "result")))
+    def big_numbers(self, w: str, run: str, value: int, where: str) -> None:
+        """A big integer (at and around 2^53, 2^63, 2^64, and beyond) as the whole payload round-trips exactly."""
+        if where == "start":
+            self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+            self.step({"op": "start", "worker": w, "run": run, "idem": None, "input": value})
+        elif where == "signal":
+            self.step({"op": "signal", "worker": w, "run": self._existing_or(run), "key": "big", "payload": value})
+        elif where == "output":
+            held = self._claim_for(w)
+            if held is not None:
+                self.step({"op": "commit", "worker": w, "run": held, "decision": {"status": "completed", "output": value}})
+        else:
+            taken = self._claim_a_command(w)
+            if taken is not None:
+                self.step(_command_step("complete", w, *taken, value, True))
 
 
 def _command_step(op: str, w: str, run: str, key: str, result: Any, retryable: bool) -> dict[str, Any]:

@@ -36,6 +36,9 @@ race                      ``ops`` from different workers run at once on threads;
 clock_probe               the database clock read twice in one transaction must move
 verify_schema             verify_schema(), optionally against a ``tamper``-ed file
 uow_inner_failure         a unit of work whose inner block fails, swallowed outside
+unit                      a unit of work with after-commit callbacks, a nested block,
+                          lock_run, a claim and a commit inside; ``mode``: commit |
+                          outer_fails | commit_fails (its COMMIT fails)
 ========================  =====================================================
 """
 
@@ -56,7 +59,7 @@ OPS = (
     "define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
     "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
     "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
-    "verify_schema", "uow_inner_failure", "clock_probe", "interleave",
+    "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit",
 )
 
 
@@ -93,7 +96,8 @@ def describe(step: dict[str, Any]) -> str:
                 parts.append(f"+{len(d[key])} {key}")
         return f"{w} commits {run!r} ({claim}, revision {step.get('revision', 'claim')}): {', '.join(parts)}"
     if op == "claim_commands":
-        return f"{w} claims up to {step.get('limit', 1)} commands"
+        queues = f" of queues {step['queues']!r}" if step.get("queues") is not None else ""
+        return f"{w} claims up to {step.get('limit', 1)} commands{queues}"
     if op in ("heartbeat", "complete", "fail"):
         return f"{w} {op}s command {step['key']!r} of {run!r} with its {claim}"
     if op == "fire_timers":
@@ -126,4 +130,7 @@ def describe(step: dict[str, Any]) -> str:
         return "verify schema" + (" against a tampered file" if step.get("tamper") else "")
     if op == "uow_inner_failure":
         return f"{w} runs a unit of work on {run!r} whose inner block fails"
+    if op == "unit":
+        ends = {"commit": "commits", "outer_fails": "fails after its nested block", "commit_fails": "fails at COMMIT"}
+        return f"{w} runs a unit of work with callbacks on {run!r} that {ends.get(step.get('mode', 'commit'), '?')}"
     return str(step)
