@@ -36,7 +36,7 @@ from kit.contract import (
 )
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
-from kit.inspect import observable_state
+from kit.inspect import observable_state, run_state
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
@@ -110,6 +110,7 @@ class Interpreter:
         self._commits: dict[tuple[str, str], int] = {}
         self._acked: set[tuple[str, str, str]] = set()
         self._definitions: set[str] = set()
+        self._versions: set[tuple[str, str]] = set()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -198,7 +199,8 @@ class Interpreter:
 
         if op == "define":
             body = body_of(step["body"])
-            return (lambda s: s.store(w).ensure_definition(step["name"], "1", Side.definition_digest(step["body"]), body)), None
+            digest = Side.definition_digest(step.get("digest_of", step["body"]))
+            return (lambda s: s.store(w).ensure_definition(step["name"], step.get("version", "1"), digest, body)), None
         if op == "start":
             ref = DefinitionRef(step.get("def", "wf"), "1", Side.definition_digest(step.get("body", "v1")))
             return (lambda s: s.store(w).start_run(step["run"], ref, step.get("input"), step.get("idem"))), None
@@ -242,6 +244,7 @@ class Interpreter:
     def _single(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
         if step["op"] == "define":
             self._definitions.add(step["name"])
+            self._versions.add((step["name"], step.get("version", "1")))
         fn, remember = self._operation(step)
         return self._both(index, step, fn, remember)
 
@@ -657,6 +660,47 @@ class Interpreter:
             raise Divergence(index, step, "blocked", "a reader on another connection waited for an open unit of work")
         return box[0] if box else "reader failed"
 
+    def _do_read_back(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A run read back through the protocol's individual reads (not ``export_state``): the run, a page of
+        its history, its commands, signals and timers, and the runs in one status, compared with the reference."""
+        w, run = step.get("worker", CLOCK_WORKER), step["run"]
+
+        def read(side: Side) -> Any:
+            store = side.store(w)
+            status = RunStatus(step["status"]) if step.get("status") else None
+            page = store.get_history(run, step.get("after_seq", 0), step.get("limit"))
+            return {
+                "run": run_state(store, run),
+                "page": [[e.seq, e.kind, e.payload] for e in page],
+                "in_status": [r.run_id for r in store.list_runs(status=status, limit=50)],
+                "commands": [[c.operation_key, c.status.value, c.result, c.error] for c in store.list_commands(run)],
+            }
+
+        return self._both(index, step, read)
+
+    def _do_schema_drift(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """The code's migrations drift from the database's: ``newer_schema`` (the code lacks the last applied
+        file), ``pending`` (the code has a file never applied), ``again`` (migrate() on an up-to-date schema)."""
+        variant = step["variant"]
+
+        def drift(side: Side) -> Any:
+            migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
+            if variant == "again":
+                return side.store(CLOCK_WORKER).migrate()
+            if variant == "newer_schema":
+                migrations = migrations[:-1]
+            else:
+                last = migrations[-1]
+                migrations.append(Migration(last.version + 1, "never_applied", "SELECT 1"))
+            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
+            try:
+                store.verify_schema()
+                return "schema verified"
+            finally:
+                store.close()
+
+        return self._both(index, step, drift)
+
     # ==================================================================
     # state comparison and invariants
     # ==================================================================
@@ -670,6 +714,12 @@ class Interpreter:
                 d = store.get_definition(name, "1")
                 defs[name] = None if d is None else d.digest
             state[f"{tenant}#definitions"] = defs
+            if self._versions:
+                versions = {}
+                for name, version in sorted(self._versions):
+                    d = store.get_definition(name, version)
+                    versions[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
+                state[f"{tenant}#versions"] = versions
         return state
 
     def _compare_state(self, index: int, step: dict[str, Any]) -> None:

@@ -818,6 +818,26 @@ class _Machine(RuleBasedStateMachine):
             if taken is not None:
                 self.step(_command_step("complete", w, *taken, value, True))
 
+    @rule(w=workers, name=st.sampled_from(("wf", "WF", "wf ", "d\u00e9f")), version=st.sampled_from(("1", "2", "1 ")),
+          body=st.sampled_from(("v1", "v2")), wrong_digest=st.sampled_from((False, False, False, True)))
+    def definition_versions(self, w: str, name: str, version: str, body: str, wrong_digest: bool) -> None:
+        """Definitions by byte-exact name and version, bodies round-tripping, a digest that is not the body's
+        refused."""
+        step: dict[str, Any] = {"op": "define", "worker": w, "name": name, "version": version, "body": body}
+        if wrong_digest:
+            step["digest_of"] = "v1" if body == "v2" else "v2"
+        self.step(step)
+
+    @rule(data=st.data(), after=st.sampled_from((0, 0, 1, 2)), limit=st.sampled_from((None, 1, 2)),
+          status=st.sampled_from((None, "pending", "running", "blocked", "completed", "failed", "cancelled")))
+    def read_back(self, data: Any, after: int, limit: int | None, status: str | None) -> None:
+        w, run = self.pick_run(data)
+        self.step({"op": "read_back", "worker": w, "run": run, "after_seq": after, "limit": limit, "status": status})
+
+    @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
+    def schema_drift(self, variant: str) -> None:
+        self.step({"op": "schema_drift", "variant": variant})
+
 
 def _command_step(op: str, w: str, run: str, key: str, result: Any, retryable: bool) -> dict[str, Any]:
     step: dict[str, Any] = {"op": op, "worker": w, "run": run, "key": key}

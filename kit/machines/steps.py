@@ -39,6 +39,10 @@ uow_inner_failure         a unit of work whose inner block fails, swallowed outs
 unit                      a unit of work with after-commit callbacks, a nested block,
                           lock_run, a claim and a commit inside; ``mode``: commit |
                           outer_fails | commit_fails (its COMMIT fails)
+read_back                 a run through the individual reads (get_run, a history page,
+                          list_commands/signals/timers, list_runs by status)
+schema_drift              verify against code one file behind (``newer_schema``) or
+                          ahead (``pending``), or migrate() again (``again``)
 ========================  =====================================================
 """
 
@@ -59,7 +63,7 @@ OPS = (
     "define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
     "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
     "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
-    "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit",
+    "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit", "read_back", "schema_drift",
 )
 
 
@@ -76,7 +80,9 @@ def describe(step: dict[str, Any]) -> str:
     run = _Key(step.get("run", ""))
     claim = f"{step.get('claim', 'latest')} claim" + (f" of {step['claim_of']}" if step.get("claim_of") else "")
     if op == "define":
-        return f"{w} ensures definition {step['name']!r} with body {step['body']!r}"
+        version = f" version {step['version']!r}" if step.get("version", "1") != "1" else ""
+        wrong = f" and the digest of {step['digest_of']!r}" if step.get("digest_of") else ""
+        return f"{w} ensures definition {step['name']!r}{version} with body {step['body']!r}{wrong}"
     if op == "start":
         idem = f" idem {_k(step['idem'])}" if step.get("idem") else ""
         return f"{w} starts {run!r}{idem}"
@@ -130,6 +136,10 @@ def describe(step: dict[str, Any]) -> str:
         return "verify schema" + (" against a tampered file" if step.get("tamper") else "")
     if op == "uow_inner_failure":
         return f"{w} runs a unit of work on {run!r} whose inner block fails"
+    if op == "read_back":
+        return f"{w} reads {run!r} back through the individual reads"
+    if op == "schema_drift":
+        return f"schema drift: {step['variant']}"
     if op == "unit":
         ends = {"commit": "commits", "outer_fails": "fails after its nested block", "commit_fails": "fails at COMMIT"}
         return f"{w} runs a unit of work with callbacks on {run!r} that {ends.get(step.get('mode', 'commit'), '?')}"
