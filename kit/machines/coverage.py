@@ -39,6 +39,7 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
     "clock.database_clock_is_monotonic_across_calls": ("clock_probe",),
     "clock.database_clock_moves_inside_a_transaction": ("clock_probe",),
     "clock.database_clock_has_declared_resolution": ("clock_probe",),
+    "clock.test_clock_refused_on_database_clock": ("refused_arguments",),
     # -- definitions ---------------------------------------------------------------------------
     "definitions.ensure_inserts_and_returns_the_row": ("define", "definition_versions"),
     "definitions.ensure_never_overwrites": ("define", "definition_versions", "interleave_first_wins"),
@@ -209,6 +210,9 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
     "keys_and_payloads.trailing_spaces_are_significant": ("definition_versions",),
     "keys_and_payloads.long_keys_differing_at_the_end_stay_distinct": ("start", "signal"),
     "keys_and_payloads.json_values_round_trip": ("start", "signal", "big_numbers", "work"),
+    "keys_and_payloads.over_long_and_empty_keys_are_refused": ("refused_arguments",),
+    "keys_and_payloads.non_json_values_are_refused": ("refused_arguments",),
+    "keys_and_payloads.naive_timestamps_are_refused": ("refused_arguments",),
     "keys_and_payloads.microsecond_timestamps_round_trip": ("absolute_times",),
     "keys_and_payloads.non_utc_offsets_are_normalised": ("absolute_times",),
     "keys_and_payloads.returned_timestamps_are_aware_utc": ("absolute_times", "advance", "read_back"),
@@ -225,19 +229,9 @@ UNREACHED: dict[str, str] = {
     "schema.concurrent_migrate_applies_each_file_once":
         "needs several first migrations racing on an empty database; the machines' database is migrated "
         "before the first step",
-    "clock.test_clock_refused_on_database_clock":
-        "an argument-validation rule of one call (set_test_clock on a database-clock store), not a state the "
-        "steps can reach: machine steps run on the test clock",
     "clock.database_clock_reads_server_time":
         "compares the server's clock with the host's; the reference engine's database clock is the host's, "
         "so a lock-step comparison cannot judge it",
-    "keys_and_payloads.over_long_and_empty_keys_are_refused":
-        "argument validation before any statement; the step language's keys are drawn from valid pools so that "
-        "a failure replays on every backend",
-    "keys_and_payloads.non_json_values_are_refused":
-        "values that are not JSON cannot be written into a JSON step list, so no replayable step can carry them",
-    "keys_and_payloads.naive_timestamps_are_refused":
-        "argument validation before any statement; a naive timestamp has no instant to compare with the reference",
 }
 
 

@@ -29,11 +29,13 @@ from kit.contract import (
     KitError,
     MigrationSpec,
     NewEvent,
+    NewTimer,
     Outcome,
     RunStatus,
     Snapshot,
     StorageError,
 )
+from kit.contract import validation as v
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
 from kit.inspect import observable_state, run_state
@@ -49,6 +51,14 @@ __all__ = ["Divergence", "Interpreter", "StepRecord"]
 RACE_TIMEOUT_S = 60.0
 PARK_S = 30.0
 """A safety net only: B never waits on A's locks before B's first locking statement."""
+
+
+#: Arguments the contract refuses before anything is stored (``refused`` steps name them by label, so a
+#: step list stays plain JSON even for values JSON cannot carry).
+_REFUSED: dict[str, Any] = {
+    "nan": float("nan"), "infinity": float("inf"), "int_key": {1: "int key"}, "bytes": b"bytes",
+    "set": {"set": {1}}, "tuple": ("tuple",),
+}
 
 
 class Divergence(AssertionError):
@@ -700,6 +710,40 @@ class Interpreter:
                 store.close()
 
         return self._both(index, step, drift)
+
+    def _do_refused(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A call the contract refuses up front (``what``): an empty or over-long key, a value that is not
+        JSON, a naive timestamp, the test clock driven on a database-clock store. Nothing may change."""
+        what, w, run = step["what"], step.get("worker", CLOCK_WORKER), step.get("run", "r0")
+        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+        if what == "test_clock_on_database_clock" and Capability.DATABASE_CLOCK not in self.capabilities:
+            return "skipped: no database_clock", "skipped: no database_clock"
+
+        def call(side: Side) -> Any:
+            store = side.store(w)
+            if what == "empty_run_id":
+                return store.start_run("", ref)
+            if what == "long_run_id":
+                return store.start_run("r" * (v.MAX_RUN_ID + 1), ref)
+            if what == "long_idempotency_key":
+                return store.start_run(run, ref, None, "k" * (v.MAX_KEY + 1))
+            if what == "empty_dedup_key":
+                return store.send_signal(run, "sig", None, "")
+            if what == "naive_fire_at":
+                claim = side.run_claim(w, run, "latest")
+                if claim is None:
+                    return "no claim held"
+                decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("naive", fire_at=datetime(2031, 1, 1)),))
+                return store.commit_decision(claim, claim.revision, decision)
+            if what == "test_clock_on_database_clock":
+                clocked = side.database.open(side.workers[w].tenant, clock=ClockMode.DATABASE)
+                try:
+                    return clocked.advance_test_clock(timedelta(seconds=1))
+                finally:
+                    clocked.close()
+            return store.start_run(run, ref, _REFUSED[what])
+
+        return self._both(index, step, call)
 
     # ==================================================================
     # state comparison and invariants

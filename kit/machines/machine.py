@@ -834,6 +834,14 @@ class _Machine(RuleBasedStateMachine):
         w, run = self.pick_run(data)
         self.step({"op": "read_back", "worker": w, "run": run, "after_seq": after, "limit": limit, "status": status})
 
+    @rule(data=st.data(), what=st.sampled_from((
+        "empty_run_id", "long_run_id", "long_idempotency_key", "empty_dedup_key", "naive_fire_at",
+        "test_clock_on_database_clock", "nan", "infinity", "int_key", "bytes", "set", "tuple")))
+    def refused_arguments(self, data: Any, what: str) -> None:
+        """A call the contract refuses before anything is stored: both stores refuse it, nothing changes."""
+        w, run = self.pick_run(data)
+        self.step({"op": "refused", "worker": w, "run": run, "what": what})
+
     @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
     def schema_drift(self, variant: str) -> None:
         self.step({"op": "schema_drift", "variant": variant})

@@ -43,6 +43,8 @@ read_back                 a run through the individual reads (get_run, a history
                           list_commands/signals/timers, list_runs by status)
 schema_drift              verify against code one file behind (``newer_schema``) or
                           ahead (``pending``), or migrate() again (``again``)
+refused                   a call refused up front (``what``: empty or over-long key,
+                          non-JSON value, naive timestamp, test clock on database clock)
 ========================  =====================================================
 """
 
@@ -64,6 +66,7 @@ OPS = (
     "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
     "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
     "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit", "read_back", "schema_drift",
+    "refused",
 )
 
 
@@ -138,6 +141,8 @@ def describe(step: dict[str, Any]) -> str:
         return f"{w} runs a unit of work on {run!r} whose inner block fails"
     if op == "read_back":
         return f"{w} reads {run!r} back through the individual reads"
+    if op == "refused":
+        return f"{w} makes a call the contract refuses up front ({step['what']})"
     if op == "schema_drift":
         return f"schema drift: {step['variant']}"
     if op == "unit":
