@@ -42,6 +42,7 @@ EVENT_KEYS = (None, None, "e0", "e1")
 TENANT_A = ("w0", "w1", "w2")
 ALL_WORKERS = ("w0", "w1", "w2", "w3")
 UNIT_RUNS = ("u0", "u1")
+DUE_RUNS = ("p0", "p1", "p2")
 #: Offsets (minutes east of UTC) for absolute instants a decision names.
 ZONES = (0, 330, -480, 840, -720)
 BIG_INTEGERS = (2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**64 + 1,
@@ -841,6 +842,37 @@ class _Machine(RuleBasedStateMachine):
         """A call the contract refuses before anything is stored: both stores refuse it, nothing changes."""
         w, run = self.pick_run(data)
         self.step({"op": "refused", "worker": w, "run": run, "what": what})
+
+    @rule(w=st.sampled_from(TENANT_A), lease=leases, what=st.sampled_from(("run", "command")))
+    def renew_at_once(self, w: str, lease: int, what: str) -> None:
+        """A lease renewed (or a command heartbeat sent) at the very instant it was taken, for the same length:
+        the UPDATE writes exactly the stored values and must still answer renewed (a store judging by
+        changed-row counts answers claim_lost)."""
+        if what == "run":
+            self.step({"op": "claim_runs", "worker": w, "limit": 1, "lease_s": lease})
+            claims_by_run = self.interp.reference.workers[w].run_claims
+            mine = [run for (who, run) in self.live_runs() if who == w]
+            if mine:
+                run = max(mine, key=lambda r: (claims_by_run[r][-1].expires_at, r))
+                self.step({"op": "renew", "worker": w, "run": run, "lease_s": lease})
+            return
+        self.step({"op": "claim_commands", "worker": w, "limit": 1, "lease_s": lease})
+        mine_commands = [(run, key) for (who, run, key) in self.held_commands() if who == w]
+        if mine_commands:
+            by_key = self.interp.reference.workers[w].command_claims
+            run, key = max(mine_commands, key=lambda rk: (by_key[rk][-1].expires_at, rk))
+            self.step({"op": "heartbeat", "worker": w, "run": run, "key": key, "lease_s": lease})
+
+    @precondition(lambda self: self.has(Capability.SKIP_LOCKED, Capability.UNIT_OF_WORK, Capability.CONCURRENT_CONNECTIONS))
+    @rule(pair=st.permutations(TENANT_A), limit=st.integers(1, 2))
+    def paused_claim_among_due_runs(self, pair: list[str], limit: int) -> None:
+        """Several runs are due (fresh ones started, every lease run out); one claimer pauses inside its claim
+        transaction and the other must take another due run at once (a claim that locks more rows than it
+        takes, for want of an index, leaves it nothing)."""
+        for run in DUE_RUNS:
+            self.step({"op": "start", "worker": pair[1], "run": run, "idem": run})
+        self.step({"op": "advance", "us": 30_000_001})
+        self.step({"op": "paused_claim", "holder": pair[0], "other": pair[1], "limit": limit, "other_limit": 1})
 
     @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
     def schema_drift(self, variant: str) -> None:
