@@ -874,6 +874,34 @@ class _Machine(RuleBasedStateMachine):
         self.step({"op": "advance", "us": 30_000_001})
         self.step({"op": "paused_claim", "holder": pair[0], "other": pair[1], "limit": limit, "other_limit": 1})
 
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), claimed=st.booleans())
+    def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
+        """A decider schedules a command, claims its run again and consumes the command before it has a
+        result (pending, or claimed by a worker): the commit must be refused and change nothing."""
+        run = self._claim_for(decider)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "cu", "queue": "eager", "max_attempts": 2}]}})
+        if claimed:
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["eager"]})
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+                "status": "blocked", "consume": False, "consume_commands": ["cu"]}})
+
+    @rule(w=workers, limit=st.integers(1, 2))
+    def page_through(self, w: str, limit: int) -> None:
+        """list_runs page by page, each page after the last id of the one before (up to four pages)."""
+        ids = self.existing_runs() if w in TENANT_A else []
+        after: str | None = None
+        for _ in range(4):
+            self.step({"op": "list_page", "worker": w, "after": after, "limit": limit})
+            page = [r for r in ids if after is None or r > after][:limit]
+            if not page:
+                return
+            after = page[-1]
+
     @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
     def schema_drift(self, variant: str) -> None:
         self.step({"op": "schema_drift", "variant": variant})
