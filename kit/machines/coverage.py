@@ -105,7 +105,7 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
     # -- commit -------------------------------------------------------------------------------
     "commit.commit_appends_contiguous_history": ("decide", "claim_and_decide"),
     "commit.commit_bumps_revision_and_clears_claim": ("decide", "claim_and_decide"),
-    "commit.revision_mismatch_changes_nothing": ("decide", "claim_and_decide"),
+    "commit.revision_mismatch_changes_nothing": ("wrong_revision", "decide", "claim_and_decide"),
     "commit.outcome_precedence": ("decide", "zombie", "at_lease_expiry", "terminal_then_input"),
     "commit.retried_commit_changes_nothing": ("lost_ack",),
     "commit.commit_is_all_or_nothing": ("crash_during",),

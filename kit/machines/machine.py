@@ -670,7 +670,8 @@ class _Machine(RuleBasedStateMachine):
         self.step({"op": "commit", "worker": holder, "run": run, "decision": decision})
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
-    @rule(**_WAKE, order=st.sampled_from(("decision_first", "wake_first")), at=st.sampled_from(("first_lock", "start")))
+    @rule(**_WAKE, order=st.sampled_from(("decision_first", "wake_first")),
+          at=st.sampled_from(("first_lock", "first_lock", "first_lock", "start")))
     def interleave_wake(self, pair: list[str], kind: str, order: str, at: str) -> None:
         """The lost wake-up under true concurrency: a blocking decision and a waking write on another
         connection overlap. ``decision_first``: the decision parks at its COMMIT (after its read of the run)
@@ -901,6 +902,14 @@ class _Machine(RuleBasedStateMachine):
             if not page:
                 return
             after = page[-1]
+
+    @rule(w=st.sampled_from(TENANT_A), revision=st.sampled_from(("stale", "ahead")), decision=decisions())
+    def wrong_revision(self, w: str, revision: str, decision: dict[str, Any]) -> None:
+        """A decider holding a live claim commits a decision made on another revision than the run's: the
+        commit must answer revision_mismatch and change nothing."""
+        run = self._claim_for(w)
+        if run is not None:
+            self.step({"op": "commit", "worker": w, "run": run, "revision": revision, "decision": decision})
 
     @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
     def schema_drift(self, variant: str) -> None:
