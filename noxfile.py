@@ -3,6 +3,8 @@
     nox -s conformance                 # the suite on the embedded SQLite default
     nox -s conformance -- postgres     # any backend name, or package.module:factory [--url URL]
     nox -s mutants                     # every seeded bug against the whole suite
+    nox -s mutants -- --machines-only --seeds 10 sqlite   # the machines' power per seed
+    nox -s coverage                    # the checks no fault-machine rule reaches, with the reason
     nox -s mssql                       # SQL Server: static T-SQL proof + whole suite (Docker or KIT_MSSQL_URL)
 """
 
@@ -52,6 +54,13 @@ def mutants(session: nox.Session) -> None:
     """Kill table of every seeded bug against the whole suite (a benchmark: figures, not assertions)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "tests.seeded_bugs", *session.posargs)
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """The conformance checks whose guarantee no fault-machine rule reaches, each with its reason."""
+    session.install("-e", ".")
+    session.run("python", "-m", "kit.machines.coverage", *session.posargs)
 
 
 @nox.session

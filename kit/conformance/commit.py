@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -9,7 +10,7 @@ from functools import partial
 
 import pytest
 
-from kit.conformance._harness import LEASE, AreaChecks, Threads, requires
+from kit.conformance._harness import LEASE, THREAD_TIMEOUT_S, AreaChecks, Threads, requires
 from kit.contract import (
     Capability,
     CommandStatus,
@@ -62,6 +63,42 @@ def _killer(database: Database, worker: Storage) -> Callable[[str], None]:
     def kill(_statement: str) -> None:
         database.kill_session(worker)
     return kill
+
+
+def _overlap(first: Callable[[], object], second: Callable[[], object], first_faults: StatementFaults,
+             second_faults: StatementFaults, at: str = "first_lock") -> tuple[list[object], list[BaseException | None]]:
+    """Run ``first`` up to its COMMIT and hold it there while ``second`` runs up to point ``at`` (its first
+    statement, or its first locking one); then both finish. Statements are counted, never timed: ``second``
+    has done every plain read it does before locking while ``first``'s writes were uncommitted.
+
+    Returns both results and both errors (a raw error is the check's business, not the thread's)."""
+    reached, parked = threading.Event(), threading.Event()
+    first_faults.park_commit(reached, THREAD_TIMEOUT_S, parked)
+    second_faults.notify_at(at, reached)
+    results: list[object] = [None, None]
+    errors: list[BaseException | None] = [None, None]
+
+    def run(i: int, fn: Callable[[], object]) -> None:
+        try:
+            if i == 1:
+                parked.wait(THREAD_TIMEOUT_S)
+            results[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - returned to the check
+            errors[i] = exc
+        finally:
+            if i == 0:
+                parked.set()
+
+    threads = [threading.Thread(target=run, args=(i, fn), daemon=True) for i, fn in enumerate((first, second))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(THREAD_TIMEOUT_S)
+    first_faults.disarm()
+    second_faults.disarm()
+    if any(t.is_alive() for t in threads):
+        pytest.fail("two overlapping operations never finished: a store deadlocked or waited for a parked commit")
+    return results, errors
 
 
 class CommitChecks(AreaChecks):
@@ -472,3 +509,75 @@ class CommitChecks(AreaChecks):
             assert [e.seq for e in history] == list(range(1, len(history) + 1))
             run = workers[0].get_run(f"run-{i}")
             assert run is not None and run.revision == len({e.revision for e in history})
+
+    # -- overlapping transactions on a real server (statements counted, never timed) --------
+    @requires(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED)
+    def test_overlapping_duplicate_deliveries_commit_once(self, open_store: Callable[..., Storage]) -> None:
+        """One decision delivered twice on two connections, the first copy held at its COMMIT while the second
+        runs up to its first lock (so every unlocked read it makes sees the run before the first copy's
+        writes): exactly one copy commits, the other gets a protocol outcome, never a raw error, and the
+        history holds the decision's events once."""
+        for events in (2, 0):
+            tenant = f"dup-{events}"
+            fa, fb = StatementFaults(), StatementFaults()
+            a = open_store(tenant, statement_hook=fa)
+            b = open_store(tenant, migrate=False, statement_hook=fb)
+            claim = self.started_and_claimed(a)
+            a.load_claimed(claim)
+            decision = Decision(RunStatus.BLOCKED, events=tuple(NewEvent("step", {"i": i}) for i in range(events)))
+            results, errors = _overlap(partial(a.commit_decision, claim, claim.revision, decision),
+                                       partial(b.commit_decision, claim, claim.revision, decision), fa, fb)
+            raw = [e for e in errors if e is not None]
+            assert not raw, (
+                f"a duplicate delivery ({events} events) raised {raw[0]!r} instead of answering with an outcome: "
+                "take the run's row lock before reading anything the commit decides on (the fence, the "
+                "revision, the next history number)"
+            )
+            assert sorted(str(r) for r in results).count(str(Outcome.COMMITTED)) == 1, (
+                f"overlapping duplicates answered {results}: exactly one copy must commit"
+            )
+            assert all(isinstance(r, Outcome) for r in results), f"a copy answered {results}"
+            assert len(a.get_history("run-1")) == events, "the duplicate's events landed twice (or not at all)"
+
+    @requires(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED)
+    def test_waking_write_beside_a_blocking_commit_is_not_lost(self, open_store: Callable[..., Storage]) -> None:
+        """A signal, a completion, a timer firing or a cancel committed on another connection while a decision
+        that blocks the run commits leaves the run runnable, whichever of the two holds the run first: the
+        decision held at its COMMIT while the waking write runs up to its first lock, or the waking write
+        held at its COMMIT while the decision does."""
+        for kind in ("signal", "complete", "fire", "cancel"):
+            for decision_first in (True, False):
+                tenant = f"wake-{kind}-{'decision' if decision_first else 'input'}-first"
+                fd, fw = StatementFaults(), StatementFaults()
+                decider = open_store(tenant, statement_hook=fd)
+                waker = open_store(tenant, migrate=False, statement_hook=fw)
+                claim = self.started_and_claimed(decider)
+                assert decider.commit_decision(claim, claim.revision, Decision(
+                    RunStatus.PENDING, commands=(NewCommand("op-1", "do"),),
+                    timers=(NewTimer("t-1", delay=timedelta(seconds=1)),))) is Outcome.COMMITTED
+                command = waker.claim_commands("worker", LEASE)[0]
+                decider.advance_test_clock(timedelta(seconds=1))
+                claim = self.claim_one(decider)
+                decider.load_claimed(claim)
+                wakes: dict[str, Callable[[], object]] = {
+                    "signal": partial(waker.send_signal, "run-1", "go", {}, "sig-1"),
+                    "complete": partial(waker.complete_command, command, {"r": 1}),
+                    "fire": partial(waker.fire_due_timers, 10),
+                    "cancel": partial(waker.request_cancel, "run-1", "stop"),
+                }
+                wake = wakes[kind]
+                commit = partial(decider.commit_decision, claim, claim.revision, Decision(RunStatus.BLOCKED))
+                if decision_first:
+                    (committed, woke), errors = _overlap(commit, wake, fd, fw)
+                else:
+                    (woke, committed), errors = _overlap(wake, commit, fw, fd)
+                assert errors == [None, None], f"{kind} beside a blocking commit raised {errors}"
+                assert committed is Outcome.COMMITTED, f"the blocking commit answered {committed}"
+                assert woke, f"the {kind} answered {woke!r}"
+                run = decider.get_run("run-1")
+                assert run is not None and run.status is RunStatus.PENDING, (
+                    f"a {kind} committed beside a blocking decision ({'decision' if decision_first else kind} "
+                    f"first) left the run {run.status.value if run else None}: the wake-up was lost; read the "
+                    "wake-up mark and the run's status only under the run's row lock"
+                )
+                assert [c.run_id for c in decider.claim_runs("w2", LEASE, 1)] == ["run-1"]

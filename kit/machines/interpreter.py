@@ -19,21 +19,27 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kit.connections import COMMIT_POINT
 from kit.contract import (
     Backend,
     Capability,
     ClockMode,
+    Decision,
     DefinitionRef,
     KitError,
     MigrationSpec,
+    NewEvent,
+    NewTimer,
     Outcome,
     RunStatus,
     Snapshot,
     StorageError,
 )
 from kit.contract.json_exact import json_difference, json_equal
+from kit.contract import validation as v
 from kit.contract.protocol import iter_pages
-from kit.inspect import observable_state
+from kit.faults import InjectedFault
+from kit.inspect import observable_state, run_state
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
@@ -46,6 +52,14 @@ __all__ = ["Divergence", "Interpreter", "StepRecord", "deadlines", "inner_failur
 RACE_TIMEOUT_S = 60.0
 PARK_S = 30.0
 """A safety net only: B never waits on A's locks before B's first locking statement."""
+
+
+#: Arguments the contract refuses before anything is stored (``refused`` steps name them by label, so a
+#: step list stays plain JSON even for values JSON cannot carry).
+_REFUSED: dict[str, Any] = {
+    "nan": float("nan"), "infinity": float("inf"), "int_key": {1: "int key"}, "bytes": b"bytes",
+    "set": {"set": {1}}, "tuple": ("tuple",),
+}
 
 
 class Divergence(AssertionError):
@@ -107,6 +121,7 @@ class Interpreter:
         self._commits: dict[tuple[str, str], int] = {}
         self._acked: set[tuple[str, str, str]] = set()
         self._definitions: set[str] = set()
+        self._versions: set[tuple[str, str]] = set()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -212,7 +227,8 @@ class Interpreter:
 
         if op == "define":
             body = body_of(step["body"])
-            return (lambda s: s.store(w).ensure_definition(step["name"], "1", Side.definition_digest(step["body"]), body)), None
+            digest = Side.definition_digest(step.get("digest_of", step["body"]))
+            return (lambda s: s.store(w).ensure_definition(step["name"], step.get("version", "1"), digest, body)), None
         if op == "start":
             ref = DefinitionRef(step.get("def", "wf"), "1", Side.definition_digest(step.get("body", "v1")))
             return (lambda s: s.store(w).start_run(step["run"], ref, step.get("input"), step.get("idem"))), None
@@ -256,6 +272,7 @@ class Interpreter:
     def _single(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
         if step["op"] == "define":
             self._definitions.add(step["name"])
+            self._versions.add((step["name"], step.get("version", "1")))
         fn, remember = self._operation(step)
         return self._both(index, step, fn, remember)
 
@@ -534,6 +551,173 @@ class Interpreter:
             return "skipped: no unit_of_work", "skipped: no unit_of_work"
         return self._both(index, step, lambda side: inner_failure_unit(side, step["worker"], step["run"], step.get("input")))
 
+    def _do_unit(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A unit of work with after-commit callbacks, a nested block, a claim and a fenced commit inside.
+
+        ``mode`` says how it ends: ``commit`` (everything lands, callbacks run once, in registration
+        order, only after the outermost commit), ``outer_fails`` (the nested block succeeded, then the
+        outer block raises: nothing lands, no callback runs) or ``commit_fails`` (the COMMIT itself
+        fails: nothing lands, no callback runs). On the way, ``lock_run`` is tried outside the unit
+        (refused) and inside it (the run), and another connection reads the run while the unit is
+        open (it must not see the unit's writes).
+        """
+        mode, w, run = step.get("mode", "commit"), step["worker"], step["run"]
+        if Capability.UNIT_OF_WORK not in self.capabilities:
+            return "skipped: no unit_of_work", "skipped: no unit_of_work"
+        if mode == "commit_fails" and Capability.STATEMENT_FAULTS not in self.capabilities:
+            return "skipped: no statement_faults", "skipped: no statement_faults"
+        concurrent = Capability.CONCURRENT_CONNECTIONS in self.capabilities
+        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+        lease = timedelta(seconds=step.get("lease_s", 30))
+
+        def unit(side: Side) -> Any:
+            calls: list[str] = []
+            armed: list[bool] = []
+
+            def fail_commit(statement: str) -> None:
+                if armed and statement == COMMIT_POINT:
+                    raise InjectedFault("injected fault at COMMIT")
+
+            own = mode == "commit_fails"
+            store = side.database.open(side.workers[w].tenant, clock=ClockMode.TEST,
+                                       statement_hook=fail_commit) if own else side.store(w)
+            seen: dict[str, Any] = {}
+            reader = side.reader(w)  # opened before the unit: opening a store may itself need to write
+            try:
+                try:
+                    seen["lock_outside"] = normalize(store.lock_run(run))
+                except KitError as exc:
+                    seen["lock_outside"] = normalize(exc)
+                armed.append(True)
+                try:
+                    with store.transaction() as outer:
+                        outer.on_commit(lambda: calls.append("outer-1"))
+                        with store.transaction() as inner:
+                            inner.on_commit(lambda: calls.append("inner"))
+                            seen["start"] = normalize(store.start_run(run, ref, step.get("input"), f"unit-{run}"))
+                        seen["locked"] = normalize(store.lock_run(run))
+                        if concurrent:
+                            seen["seen_by_others"] = self._read_beside(reader, run, index, step)
+                        claims = store.claim_runs(w, lease, 1)
+                        seen["claims"] = normalize(claims)
+                        if claims:
+                            decision = Decision(RunStatus.BLOCKED, events=(NewEvent("step", "unit"),))
+                            seen["commit"] = normalize(store.commit_decision(claims[0], claims[0].revision, decision))
+                        seen["signal"] = normalize(store.send_signal(run, "sig", step.get("payload"), "unit"))
+                        outer.on_commit(lambda: calls.append("outer-2"))
+                        seen["callbacks_inside"] = list(calls)
+                        if mode == "outer_fails":
+                            raise _InnerFailure()
+                    seen["end"] = "committed"
+                except _InnerFailure:
+                    seen["end"] = "rolled back"
+                except KitError as exc:
+                    seen["end"] = normalize(exc)
+            finally:
+                if own:
+                    store.close()
+            seen["callbacks"] = calls
+            return seen
+
+        outcome = self._both(index, step, unit)
+        ref = outcome[1]
+        if isinstance(ref, dict) and ref.get("end") == "committed" and ref.get("commit") == Outcome.COMMITTED.value:
+            key = (self.reference.workers[w].tenant, ref["claims"][0]["run"])
+            self._commits[key] = self._commits.get(key, 0) + 1
+        return outcome
+
+    def _read_beside(self, reader: Any, run: str, index: int, step: dict[str, Any]) -> Any:
+        """The run as another connection sees it while a unit is open (on a thread: it must not wait)."""
+        box: list[Any] = []
+
+        def read() -> None:
+            try:
+                box.append(normalize(reader.get_run(run)))
+            except KitError as exc:
+                box.append(normalize(exc))
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        thread.join(RACE_TIMEOUT_S)
+        if thread.is_alive():
+            raise Divergence(index, step, "blocked", "a reader on another connection waited for an open unit of work")
+        return box[0] if box else "reader failed"
+
+    def _do_read_back(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A run read back through the protocol's individual reads (not ``export_state``): the run, a page of
+        its history, its commands, signals and timers, and the runs in one status, compared with the reference."""
+        w, run = step.get("worker", CLOCK_WORKER), step["run"]
+
+        def read(side: Side) -> Any:
+            store = side.store(w)
+            status = RunStatus(step["status"]) if step.get("status") else None
+            page = store.get_history(run, step.get("after_seq", 0), step.get("limit"))
+            return {
+                "run": run_state(store, run),
+                "page": [[e.seq, e.kind, e.payload] for e in page],
+                "in_status": [r.run_id for r in store.list_runs(status=status, limit=50)],
+                "commands": [[c.operation_key, c.status.value, c.result, c.error] for c in store.list_commands(run)],
+            }
+
+        return self._both(index, step, read)
+
+    def _do_schema_drift(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """The code's migrations drift from the database's: ``newer_schema`` (the code lacks the last applied
+        file), ``pending`` (the code has a file never applied), ``again`` (migrate() on an up-to-date schema)."""
+        variant = step["variant"]
+
+        def drift(side: Side) -> Any:
+            migrations: list[MigrationSpec] = list(side.store(CLOCK_WORKER).migrations)
+            if variant == "again":
+                return side.store(CLOCK_WORKER).migrate()
+            if variant == "newer_schema":
+                migrations = migrations[:-1]
+            else:
+                last = migrations[-1]
+                migrations.append(Migration(last.version + 1, "never_applied", "SELECT 1"))
+            store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.TEST, migrations=migrations)
+            try:
+                store.verify_schema()
+                return "schema verified"
+            finally:
+                store.close()
+
+        return self._both(index, step, drift)
+
+    def _do_refused(self, index: int, step: dict[str, Any]) -> tuple[Any, Any]:
+        """A call the contract refuses up front (``what``): an empty or over-long key, a value that is not
+        JSON, a naive timestamp, the test clock driven on a database-clock store. Nothing may change."""
+        what, w, run = step["what"], step.get("worker", CLOCK_WORKER), step.get("run", "r0")
+        ref = DefinitionRef("wf", "1", Side.definition_digest("v1"))
+        if what == "test_clock_on_database_clock" and Capability.DATABASE_CLOCK not in self.capabilities:
+            return "skipped: no database_clock", "skipped: no database_clock"
+
+        def call(side: Side) -> Any:
+            store = side.store(w)
+            if what == "empty_run_id":
+                return store.start_run("", ref)
+            if what == "long_run_id":
+                return store.start_run("r" * (v.MAX_RUN_ID + 1), ref)
+            if what == "long_idempotency_key":
+                return store.start_run(run, ref, None, "k" * (v.MAX_KEY + 1))
+            if what == "empty_dedup_key":
+                return store.send_signal(run, "sig", None, "")
+            if what == "naive_fire_at":
+                claim = side.run_claim(w, run, "latest")
+                if claim is None:
+                    return "no claim held"
+                decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("naive", fire_at=datetime(2031, 1, 1)),))
+                return store.commit_decision(claim, claim.revision, decision)
+            if what == "test_clock_on_database_clock":
+                clocked = side.database.open(side.workers[w].tenant, clock=ClockMode.DATABASE)
+                try:
+                    return clocked.advance_test_clock(timedelta(seconds=1))
+                finally:
+                    clocked.close()
+            return store.start_run(run, ref, _REFUSED[what])
+
+        return self._both(index, step, call)
+
     # ==================================================================
     # state comparison and invariants
     # ==================================================================
@@ -547,6 +731,12 @@ class Interpreter:
                 d = store.get_definition(name, "1")
                 defs[name] = None if d is None else d.digest
             state[f"{tenant}#definitions"] = defs
+            if self._versions:
+                versions = {}
+                for name, version in sorted(self._versions):
+                    d = store.get_definition(name, version)
+                    versions[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
+                state[f"{tenant}#versions"] = versions
         return state
 
     def _compare_state(self, index: int, step: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta, timezone
 from typing import Any, ClassVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
@@ -43,6 +44,12 @@ TIMER_KEYS = ("t0", "t1")
 EVENT_KEYS = (None, None, "e0", "e1")
 TENANT_A = ("w0", "w1", "w2")
 ALL_WORKERS = ("w0", "w1", "w2", "w3")
+UNIT_RUNS = ("u0", "u1")
+DUE_RUNS = ("p0", "p1", "p2")
+#: Offsets (minutes east of UTC) for absolute instants a decision names.
+ZONES = (0, 330, -480, 840, -720)
+BIG_INTEGERS = (2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**64 + 1,
+                -(2**64) - 1, 10**30)
 ADVANCES_US = (1, 999, 1_000, 500_000, 5_000_000, 30_000_000, 3_600_000_000)
 
 workers = st.sampled_from(TENANT_A + TENANT_A + ("w3",))
@@ -602,6 +609,322 @@ class _Machine(RuleBasedStateMachine):
     def uow_inner_failure(self, w: str, run: str) -> None:
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
         self.step({"op": "uow_inner_failure", "worker": w, "run": run})
+
+
+    # -- reach: rules for what the others never (or too rarely) reach ------------------------
+    # Each rule below builds the setup it needs itself (a live claim, a claimed command, a due
+    # timer) so the sequence it exists for happens whenever it is drawn, not by luck.
+    def _claim_for(self, w: str, limit: int = 1) -> str | None:
+        """``w`` claims (up to ``limit``) runs and loads one it now holds live; that run, if any."""
+        self.step({"op": "claim_runs", "worker": w, "limit": limit})
+        claims_by_run = self.interp.reference.workers[w].run_claims
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if not mine:
+            return None
+        run = max(mine, key=lambda r: (claims_by_run[r][-1].expires_at, claims_by_run[r][-1].generation, r))
+        self.step({"op": "load", "worker": w, "run": run})
+        return run
+
+    def _input_beside(self, holder: str, other: str, kind: str) -> tuple[str, dict[str, Any]] | None:
+        """A run ``holder`` holds live and has loaded, plus a waking write of ``kind`` for it by ``other``.
+
+        For ``complete`` ``other`` holds one of the run's commands, for ``fire_timers`` one of its timers
+        is due: the run first commits a pending decision scheduling both, ``other`` claims the command,
+        the clock reaches the timer, and ``holder`` claims the run again.
+        """
+        if kind in ("complete", "fire_timers"):
+            run = self._claim_for(holder)
+            if run is None:
+                return None
+            self.step({"op": "commit", "worker": holder, "run": run, "decision": {
+                "status": "pending", "commands": [{"key": "cw", "queue": "wake", "max_attempts": 3}],
+                "timers": [{"key": "tw", "delay_ms": 1}]}})
+            self.step({"op": "claim_commands", "worker": other, "limit": 3, "queues": ["wake"]})
+            self.step({"op": "advance", "us": 1_000})
+            again = self._claim_for(holder, limit=3)
+            if again is None:
+                return None
+            run = again
+        else:
+            found = self._claim_for(holder)
+            if found is None:
+                return None
+            run = found
+        wake: dict[str, Any]
+        if kind == "signal":
+            wake = {"op": "signal", "worker": other, "run": run, "key": "wake", "payload": other}
+        elif kind == "cancel":
+            wake = {"op": "cancel", "worker": other, "run": run, "reason": "beside a decision"}
+        elif kind == "complete":
+            wake = {"op": "complete", "worker": other, "run": run, "key": "cw", "result": "done"}
+        else:
+            wake = {"op": "fire_timers", "worker": other, "limit": 10}
+        return run, wake
+
+    _WAKE: ClassVar[dict[str, Any]] = {
+        "pair": st.permutations(TENANT_A), "kind": st.sampled_from(("signal", "complete", "fire_timers", "cancel")),
+    }
+
+    @rule(**_WAKE, events=st.booleans())
+    def input_during_decision(self, pair: list[str], kind: str, events: bool) -> None:
+        """Input lands (signal, completion, timer firing, cancel) between a decider's load and its blocking
+        commit: the commit must leave the run runnable."""
+        holder, other = pair[0], pair[1]
+        found = self._input_beside(holder, other, kind)
+        if found is None:
+            return
+        run, wake = found
+        self.step(wake)
+        decision: dict[str, Any] = {"status": "blocked"}
+        if events:
+            decision["events"] = [{"kind": "step", "payload": kind}]
+        self.step({"op": "commit", "worker": holder, "run": run, "decision": decision})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(**_WAKE, order=st.sampled_from(("decision_first", "wake_first")),
+          at=st.sampled_from(("first_lock", "first_lock", "first_lock", "start")))
+    def interleave_wake(self, pair: list[str], kind: str, order: str, at: str) -> None:
+        """The lost wake-up under true concurrency: a blocking decision and a waking write on another
+        connection overlap. ``decision_first``: the decision parks at its COMMIT (after its read of the run)
+        while the waking write runs up to ``at``; ``wake_first``: the other way round."""
+        holder, other = pair[0], pair[1]
+        found = self._input_beside(holder, other, kind)
+        if found is None:
+            return
+        run, wake = found
+        commit = {"op": "commit", "worker": holder, "run": run, "decision": {"status": "blocked"}}
+        ops = [commit, wake] if order == "decision_first" else [wake, commit]
+        self.step({"op": "interleave", "at": at, "ops": ops})
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
+          events=st.sampled_from((0, 1, 2)), status=st.sampled_from(("blocked", "pending", "completed")))
+    def overlapping_duplicate_commit(self, pair: list[str], at: str, events: int, status: str) -> None:
+        """One decision delivered twice on two connections, the first copy parked at its COMMIT while the
+        second runs: exactly one commits, the other gets a protocol outcome, never a raw error."""
+        holder = pair[0]
+        run = self._claim_for(holder)
+        if run is None:
+            return
+        decision: dict[str, Any] = {"status": status,
+                                    "events": [{"kind": "step", "payload": i} for i in range(events)]}
+        ops = [{"op": "commit", "worker": x, "claim_of": holder, "run": run, "decision": decision} for x in pair[:2]]
+        self.step({"op": "interleave", "at": at, "ops": ops})
+
+    @rule(w=st.sampled_from(TENANT_A), other=st.sampled_from(TENANT_A),
+          status=st.sampled_from(("completed", "failed", "cancelled")),
+          then=st.sampled_from(("cancel", "cancel", "signal", "complete", "fire_timers", "start", "commit")))
+    def terminal_then_input(self, w: str, other: str, status: str, then: str) -> None:
+        """A run closes (its outstanding command claimed by a worker, a timer due), then input arrives:
+        cancel, a signal, the command's completion, the timer, a start of the same id, a late commit."""
+        run = self._claim_for(w)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": w, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "ct", "queue": "closing", "max_attempts": 2}],
+            "timers": [{"key": "tt", "delay_ms": 1}]}})
+        self.step({"op": "claim_commands", "worker": other, "limit": 1, "queues": ["closing"]})
+        self.step({"op": "advance", "us": 1_000})
+        again = self._claim_for(w, limit=3)
+        if again is None:
+            return
+        closing: dict[str, Any] = {"status": status, "events": [{"kind": "step", "payload": status}]}
+        if status == "completed":
+            closing["output"] = {"ok": True}
+        if status == "failed":
+            closing["error"] = "boom"
+        self.step({"op": "commit", "worker": w, "run": again, "decision": closing})
+        if then == "cancel":
+            self.step({"op": "cancel", "worker": other, "run": again, "reason": "too late"})
+        elif then == "signal":
+            self.step({"op": "signal", "worker": other, "run": again, "key": "late", "payload": 1})
+        elif then == "complete":
+            self.step({"op": "complete", "worker": other, "run": again, "key": "ct", "result": "late"})
+        elif then == "fire_timers":
+            self.step({"op": "fire_timers", "worker": other, "limit": 10})
+        elif then == "start":
+            self.step({"op": "start", "worker": other, "run": again})
+        else:
+            self.step({"op": "commit", "worker": w, "run": again, "decision": {"status": "blocked"}})
+
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), attempts=st.sampled_from((1, 2, 3)),
+          retry_ms=st.sampled_from((0, 0, 1, 500)), error=small_json,
+          last=st.sampled_from(("fail", "fail", "heartbeat", "complete")))
+    def exhaust_attempts(self, decider: str, w: str, attempts: int, retry_ms: int, error: Any, last: str) -> None:
+        """A command fails (retryably) on every attempt until its attempts run out: then it has failed for
+        good, the run wakes, and the failure is in the decider's next snapshot; a late call then is refused."""
+        run = self._claim_for(decider)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "blocked", "commands": [{"key": "cx", "queue": "retry", "max_attempts": attempts}]}})
+        for _ in range(attempts):
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["retry"]})
+            self.step({"op": "fail", "worker": w, "run": run, "key": "cx", "error": error, "retryable": True,
+                       "retry_after_ms": retry_ms})
+            if retry_ms:  # the retry is due at once otherwise
+                self.step({"op": "advance_to", "target": "command", "run": run, "offset_us": 0})
+        self.step(_command_step(last, w, run, "cx", error, True))
+        self.step({"op": "claim_commands", "worker": w, "limit": 1, "queues": ["retry"]})
+        self._claim_for(decider, limit=3)
+
+    @rule(decider=st.sampled_from(TENANT_A), w=workers, queue=st.sampled_from(("q1", "q2", "default")),
+          queues=st.sampled_from((("q1",), ("q2",), ("q1", "q2"), ("default",), ())), limit=st.integers(1, 3))
+    def queued_commands(self, decider: str, w: str, queue: str, queues: tuple[str, ...], limit: int) -> None:
+        """Commands go to named queues; a worker claiming with a queue filter gets only those queues'
+        commands (an empty filter claims nothing)."""
+        run = self._claim_for(decider)
+        if run is not None:
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {"status": "blocked", "commands": [
+                {"key": "cq", "queue": queue, "max_attempts": 2}, {"key": "cr", "queue": "q2", "max_attempts": 2}]}})
+        self.step({"op": "claim_commands", "worker": w, "limit": limit, "queues": list(queues)})
+
+    @precondition(lambda self: self.has(Capability.UNIT_OF_WORK))
+    @rule(w=st.sampled_from(TENANT_A), run=st.sampled_from(UNIT_RUNS),
+          mode=st.sampled_from(("commit", "commit", "outer_fails", "commit_fails")), payload=small_json)
+    def unit_of_work(self, w: str, run: str, mode: str, payload: Any) -> None:
+        """A unit of work with after-commit callbacks, a nested block that succeeds, lock_run, a claim and a
+        fenced commit inside; it commits, fails after its nested block, or fails at COMMIT."""
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "unit", "worker": w, "run": run, "mode": mode, "input": payload, "payload": payload})
+
+    @rule(w=st.sampled_from(TENANT_A), delta_us=st.sampled_from((1, 999_999, 1_000_001, 30_000_000)),
+          zone=st.sampled_from(ZONES), what=st.sampled_from(("wake_pending", "wake_blocked", "fire_at")),
+          late=st.sampled_from((-1, 0)))
+    def absolute_times(self, w: str, delta_us: int, zone: int, what: str, late: int) -> None:
+        """A decision names absolute instants (microseconds, a non-UTC offset): a pending run's wake time,
+        a blocked run's deadline, a timer's fire_at. Nothing happens a microsecond early, all of it on time."""
+        run = self._claim_for(w)
+        if run is None:
+            return
+        now = self.interp.reference.store("w0").now()
+        at = (now + timedelta(microseconds=delta_us)).astimezone(timezone(timedelta(minutes=zone)))
+        text = at.isoformat(timespec="microseconds")
+        decision: dict[str, Any] = {"status": "pending" if what == "wake_pending" else "blocked"}
+        if what == "fire_at":
+            decision["timers"] = [{"key": "ta", "fire_at": text}]
+        else:
+            decision["wake_at"] = text
+        self.step({"op": "commit", "worker": w, "run": run, "decision": decision})
+        target = "timer" if what == "fire_at" else "wake"
+        self.step({"op": "advance_to", "target": target, "run": run, "offset_us": late})
+        self.step({"op": "fire_timers" if what == "fire_at" else "claim_runs", "worker": w, "limit": 10})
+        if late:  # a microsecond early: nothing happened; now it is due
+            self.step({"op": "advance", "us": 1})
+            self.step({"op": "fire_timers" if what == "fire_at" else "claim_runs", "worker": w, "limit": 10})
+
+    @rule(w=st.sampled_from(TENANT_A), run=runs, value=st.sampled_from(BIG_INTEGERS),
+          where=st.sampled_from(("start", "signal", "output", "result")))
+    def big_numbers(self, w: str, run: str, value: int, where: str) -> None:
+        """A big integer (at and around 2^53, 2^63, 2^64, and beyond) as the whole payload round-trips exactly."""
+        if where == "start":
+            self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+            self.step({"op": "start", "worker": w, "run": run, "idem": None, "input": value})
+        elif where == "signal":
+            self.step({"op": "signal", "worker": w, "run": self._existing_or(run), "key": "big", "payload": value})
+        elif where == "output":
+            held = self._claim_for(w)
+            if held is not None:
+                self.step({"op": "commit", "worker": w, "run": held, "decision": {"status": "completed", "output": value}})
+        else:
+            taken = self._claim_a_command(w)
+            if taken is not None:
+                self.step(_command_step("complete", w, *taken, value, True))
+
+    @rule(w=workers, name=st.sampled_from(("wf", "WF", "wf ", "d\u00e9f")), version=st.sampled_from(("1", "2", "1 ")),
+          body=st.sampled_from(("v1", "v2")), wrong_digest=st.sampled_from((False, False, False, True)))
+    def definition_versions(self, w: str, name: str, version: str, body: str, wrong_digest: bool) -> None:
+        """Definitions by byte-exact name and version, bodies round-tripping, a digest that is not the body's
+        refused."""
+        step: dict[str, Any] = {"op": "define", "worker": w, "name": name, "version": version, "body": body}
+        if wrong_digest:
+            step["digest_of"] = "v1" if body == "v2" else "v2"
+        self.step(step)
+
+    @rule(data=st.data(), after=st.sampled_from((0, 0, 1, 2)), limit=st.sampled_from((None, 1, 2)),
+          status=st.sampled_from((None, "pending", "running", "blocked", "completed", "failed", "cancelled")))
+    def read_back(self, data: Any, after: int, limit: int | None, status: str | None) -> None:
+        w, run = self.pick_run(data)
+        self.step({"op": "read_back", "worker": w, "run": run, "after_seq": after, "limit": limit, "status": status})
+
+    @rule(data=st.data(), what=st.sampled_from((
+        "empty_run_id", "long_run_id", "long_idempotency_key", "empty_dedup_key", "naive_fire_at",
+        "test_clock_on_database_clock", "nan", "infinity", "int_key", "bytes", "set", "tuple")))
+    def refused_arguments(self, data: Any, what: str) -> None:
+        """A call the contract refuses before anything is stored: both stores refuse it, nothing changes."""
+        w, run = self.pick_run(data)
+        self.step({"op": "refused", "worker": w, "run": run, "what": what})
+
+    @rule(w=st.sampled_from(TENANT_A), lease=leases, what=st.sampled_from(("run", "command")))
+    def renew_at_once(self, w: str, lease: int, what: str) -> None:
+        """A lease renewed (or a command heartbeat sent) at the very instant it was taken, for the same length:
+        the UPDATE writes exactly the stored values and must still answer renewed (a store judging by
+        changed-row counts answers claim_lost)."""
+        if what == "run":
+            self.step({"op": "claim_runs", "worker": w, "limit": 1, "lease_s": lease})
+            claims_by_run = self.interp.reference.workers[w].run_claims
+            mine = [run for (who, run) in self.live_runs() if who == w]
+            if mine:
+                run = max(mine, key=lambda r: (claims_by_run[r][-1].expires_at, r))
+                self.step({"op": "renew", "worker": w, "run": run, "lease_s": lease})
+            return
+        self.step({"op": "claim_commands", "worker": w, "limit": 1, "lease_s": lease})
+        mine_commands = [(run, key) for (who, run, key) in self.held_commands() if who == w]
+        if mine_commands:
+            by_key = self.interp.reference.workers[w].command_claims
+            run, key = max(mine_commands, key=lambda rk: (by_key[rk][-1].expires_at, rk))
+            self.step({"op": "heartbeat", "worker": w, "run": run, "key": key, "lease_s": lease})
+
+    @precondition(lambda self: self.has(Capability.SKIP_LOCKED, Capability.UNIT_OF_WORK, Capability.CONCURRENT_CONNECTIONS))
+    @rule(pair=st.permutations(TENANT_A), limit=st.integers(1, 2))
+    def paused_claim_among_due_runs(self, pair: list[str], limit: int) -> None:
+        """Several runs are due (fresh ones started, every lease run out); one claimer pauses inside its claim
+        transaction and the other must take another due run at once (a claim that locks more rows than it
+        takes, for want of an index, leaves it nothing)."""
+        for run in DUE_RUNS:
+            self.step({"op": "start", "worker": pair[1], "run": run, "idem": run})
+        self.step({"op": "advance", "us": 30_000_001})
+        self.step({"op": "paused_claim", "holder": pair[0], "other": pair[1], "limit": limit, "other_limit": 1})
+
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), claimed=st.booleans())
+    def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
+        """A decider schedules a command, claims its run again and consumes the command before it has a
+        result (pending, or claimed by a worker): the commit must be refused and change nothing."""
+        run = self._claim_for(decider)
+        if run is None:
+            return
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "cu", "queue": "eager", "max_attempts": 2}]}})
+        if claimed:
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["eager"]})
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+                "status": "blocked", "consume": False, "consume_commands": ["cu"]}})
+
+    @rule(w=workers, limit=st.integers(1, 2))
+    def page_through(self, w: str, limit: int) -> None:
+        """list_runs page by page, each page after the last id of the one before (up to four pages)."""
+        ids = self.existing_runs() if w in TENANT_A else []
+        after: str | None = None
+        for _ in range(4):
+            self.step({"op": "list_page", "worker": w, "after": after, "limit": limit})
+            page = [r for r in ids if after is None or r > after][:limit]
+            if not page:
+                return
+            after = page[-1]
+
+    @rule(w=st.sampled_from(TENANT_A), revision=st.sampled_from(("stale", "ahead")), decision=decisions())
+    def wrong_revision(self, w: str, revision: str, decision: dict[str, Any]) -> None:
+        """A decider holding a live claim commits a decision made on another revision than the run's: the
+        commit must answer revision_mismatch and change nothing."""
+        run = self._claim_for(w)
+        if run is not None:
+            self.step({"op": "commit", "worker": w, "run": run, "revision": revision, "decision": decision})
+
+    @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
+    def schema_drift(self, variant: str) -> None:
+        self.step({"op": "schema_drift", "variant": variant})
 
 
 def _command_step(op: str, w: str, run: str, key: str, result: Any, retryable: bool) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kit.contract import (
@@ -156,11 +156,12 @@ class Side:
                            c.get("max_attempts", 2), ms(c.get("delay_ms", 0)))
                 for c in spec.get("commands", ())
             ),
-            timers=tuple(NewTimer(t["key"], delay=ms(t.get("delay_ms", 0))) for t in spec.get("timers", ())),
+            timers=tuple(_timer(t) for t in spec.get("timers", ())),
             consume_signals=tuple(s.signal_id for s in snapshot.signals) if snapshot else (),
             consume_commands=consumed_commands,
             consume_timers=tuple(t for t in consumed_timers if t not in cancel),
             cancel_timers=cancel,
+            wake_at=datetime.fromisoformat(spec["wake_at"]) if spec.get("wake_at") is not None else None,
             wake_after=ms(spec["wake_after_ms"]) if spec.get("wake_after_ms") is not None else None,
             output=spec.get("output"),
             error=spec.get("error"),
@@ -173,3 +174,10 @@ class Side:
     @staticmethod
     def fingerprint(value: Any) -> str:
         return hashlib.sha256(repr(value).encode()).hexdigest()[:12]
+
+
+def _timer(spec: dict[str, Any]) -> NewTimer:
+    """A timer from a step: ``fire_at`` (an ISO timestamp, any offset) or ``delay_ms`` from store now."""
+    if spec.get("fire_at") is not None:
+        return NewTimer(spec["key"], fire_at=datetime.fromisoformat(spec["fire_at"]))
+    return NewTimer(spec["key"], delay=ms(spec.get("delay_ms", 0)))

@@ -36,6 +36,15 @@ race                      ``ops`` from different workers run at once on threads;
 clock_probe               the database clock read twice in one transaction must move
 verify_schema             verify_schema(), optionally against a ``tamper``-ed file
 uow_inner_failure         a unit of work whose inner block fails, swallowed outside
+unit                      a unit of work with after-commit callbacks, a nested block,
+                          lock_run, a claim and a commit inside; ``mode``: commit |
+                          outer_fails | commit_fails (its COMMIT fails)
+read_back                 a run through the individual reads (get_run, a history page,
+                          list_commands/signals/timers, list_runs by status)
+schema_drift              verify against code one file behind (``newer_schema``) or
+                          ahead (``pending``), or migrate() again (``again``)
+refused                   a call refused up front (``what``: empty or over-long key,
+                          non-JSON value, naive timestamp, test clock on database clock)
 ========================  =====================================================
 """
 
@@ -56,7 +65,8 @@ OPS = (
     "define", "start", "signal", "cancel", "claim_runs", "renew", "release", "load", "commit",
     "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
     "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
-    "verify_schema", "uow_inner_failure", "clock_probe", "interleave",
+    "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit", "read_back", "schema_drift",
+    "refused",
 )
 
 
@@ -73,7 +83,9 @@ def describe(step: dict[str, Any]) -> str:
     run = _Key(step.get("run", ""))
     claim = f"{step.get('claim', 'latest')} claim" + (f" of {step['claim_of']}" if step.get("claim_of") else "")
     if op == "define":
-        return f"{w} ensures definition {step['name']!r} with body {step['body']!r}"
+        version = f" version {step['version']!r}" if step.get("version", "1") != "1" else ""
+        wrong = f" and the digest of {step['digest_of']!r}" if step.get("digest_of") else ""
+        return f"{w} ensures definition {step['name']!r}{version} with body {step['body']!r}{wrong}"
     if op == "start":
         idem = f" idem {_k(step['idem'])}" if step.get("idem") else ""
         return f"{w} starts {run!r}{idem}"
@@ -93,7 +105,8 @@ def describe(step: dict[str, Any]) -> str:
                 parts.append(f"+{len(d[key])} {key}")
         return f"{w} commits {run!r} ({claim}, revision {step.get('revision', 'claim')}): {', '.join(parts)}"
     if op == "claim_commands":
-        return f"{w} claims up to {step.get('limit', 1)} commands"
+        queues = f" of queues {step['queues']!r}" if step.get("queues") is not None else ""
+        return f"{w} claims up to {step.get('limit', 1)} commands{queues}"
     if op in ("heartbeat", "complete", "fail"):
         return f"{w} {op}s command {step['key']!r} of {run!r} with its {claim}"
     if op == "fire_timers":
@@ -126,6 +139,15 @@ def describe(step: dict[str, Any]) -> str:
         return "verify schema" + (" against a tampered file" if step.get("tamper") else "")
     if op == "uow_inner_failure":
         return f"{w} runs a unit of work on {run!r} whose inner block fails"
+    if op == "read_back":
+        return f"{w} reads {run!r} back through the individual reads"
+    if op == "refused":
+        return f"{w} makes a call the contract refuses up front ({step['what']})"
+    if op == "schema_drift":
+        return f"schema drift: {step['variant']}"
+    if op == "unit":
+        ends = {"commit": "commits", "outer_fails": "fails after its nested block", "commit_fails": "fails at COMMIT"}
+        return f"{w} runs a unit of work with callbacks on {run!r} that {ends.get(step.get('mode', 'commit'), '?')}"
     return str(step)
 
 

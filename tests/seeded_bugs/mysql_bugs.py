@@ -10,11 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from adapters._server import ServerDatabase
 from adapters.mysql import MysqlBackend, MysqlDialect, MysqlStore, connect, discover
-from kit.contract import ClockMode, CommandClaim, MigrationSpec, Outcome, RunClaim, StatementHook
+from kit.contract import (
+    JSON,
+    ClockMode,
+    CommandClaim,
+    Decision,
+    MigrationSpec,
+    Outcome,
+    Run,
+    RunClaim,
+    SignalReceipt,
+    StatementHook,
+    Timer,
+)
 from kit.contract import validation as v
 from kit.migrate import Migration, load_dialect
 from tests.seeded_bugs._base import SeededBug, rewrite_migrations, rewrite_sql
@@ -22,6 +34,7 @@ from tests.seeded_bugs._base import SeededBug, rewrite_migrations, rewrite_sql
 __all__ = ["MYSQL_BUGS"]
 
 Schema = Callable[[list[Migration]], list[Migration]]
+T = TypeVar("T")
 
 
 def _backend(
@@ -159,6 +172,73 @@ class WholeSecondClockDialect(MysqlDialect):
     database_now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', NOW())"
 
 
+# -- reads taken before the lock ------------------------------------------------------
+class NextSeqBeforeRunLock(MysqlStore):
+    """commit_decision() reads the run and computes the next history number first, then takes the run's
+    lock and writes with what it read before it: two deliveries of one decision both pass the fence and
+    both number their events from the same seq."""
+
+    _in_commit = False
+    _early_seq: int | None = None
+
+    def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
+        self._in_commit = True
+        try:
+            return super().commit_decision(claim, expected_revision, decision)
+        finally:
+            self._in_commit, self._early_seq = False, None
+
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        if not self._in_commit:
+            return super()._locked_run(cur, run_id)
+        early = self._run(cur, run_id)
+        row = self._exec(cur, "SELECT COALESCE(MAX(seq), 0) FROM kit_events WHERE tenant_id = ? AND run_id = ?",
+                         (self.tenant_id, run_id)).fetchone()
+        self._early_seq = int(row[0])
+        super()._locked_run(cur, run_id)  # the lock, taken after the reads the commit decides on
+        return early
+
+    def _append_events(self, cur: Any, run_id: str, revision: int, now: int, events: list[tuple[Any, str]]) -> None:
+        seq = self._early_seq or 0
+        for event, payload in events:
+            seq += 1
+            self._exec(
+                cur,
+                "INSERT INTO kit_events (tenant_id, run_id, seq, kind, operation_key, payload, revision, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.tenant_id, run_id, seq, event.kind, event.operation_key, payload, revision, now),
+            )
+
+
+class WakingWritesReadRunUnlocked(MysqlStore):
+    """Signals, completions, timer firings and cancels read the run with a plain SELECT and mark or wake it
+    by what that read showed: beside a blocking commit they mark a run that is blocked by then."""
+
+    _waking = False
+
+    def _unlocked(self, fn: Callable[[], T]) -> T:
+        self._waking = True
+        try:
+            return fn()
+        finally:
+            self._waking = False
+
+    def send_signal(self, run_id: str, name: str, payload: JSON, dedup_key: str) -> SignalReceipt:
+        return self._unlocked(lambda: super(WakingWritesReadRunUnlocked, self).send_signal(run_id, name, payload, dedup_key))
+
+    def request_cancel(self, run_id: str, reason: str | None = None) -> Outcome:
+        return self._unlocked(lambda: super(WakingWritesReadRunUnlocked, self).request_cancel(run_id, reason))
+
+    def complete_command(self, claim: CommandClaim, result: JSON = None) -> Outcome:
+        return self._unlocked(lambda: super(WakingWritesReadRunUnlocked, self).complete_command(claim, result))
+
+    def fire_due_timers(self, limit: int = 100) -> list[Timer]:
+        return self._unlocked(lambda: super(WakingWritesReadRunUnlocked, self).fire_due_timers(limit))
+
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        return self._run(cur, run_id) if self._waking else super()._locked_run(cur, run_id)
+
+
 MYSQL_BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "missing_claim_index", "no index serves the claim: the first claimer locks every due row",
@@ -195,5 +275,15 @@ MYSQL_BUGS: tuple[SeededBug, ...] = (
         _backend(session_setup=("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",)),
         ("runs.concurrent_starts_with_one_key_create_one_run", "definitions.racing_first_calls_store_one_row"),
         "concurrent_starts or racing_first", backend="mysql",
+    ),
+    SeededBug(
+        "next_seq_before_run_lock", "the commit reads the run and the next history number before locking the run",
+        _backend(NextSeqBeforeRunLock),
+        ("commit.overlapping_duplicate_deliveries_commit_once",), "overlapping_duplicate", backend="mysql",
+    ),
+    SeededBug(
+        "waking_writes_read_run_unlocked", "signals, completions, firings and cancels decide on a plain read of the run",
+        _backend(WakingWritesReadRunUnlocked),
+        ("commit.waking_write_beside_a_blocking_commit_is_not_lost",), "waking_write_beside", backend="mysql",
     ),
 )

@@ -9,12 +9,13 @@ seeded-bug tests skip (or fail, under ``KIT_REQUIRE_BACKENDS``) cleanly.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
 from adapters.postgres import PostgresBackend, PostgresDialect, PostgresStore, discover
 from kit.clock import from_micros, to_micros
-from kit.contract import Backend, Definition, Run, RunClaim
+from kit.contract import Backend, Decision, Definition, Outcome, Run, RunClaim
 from kit.contract import validation as v
 from tests.seeded_bugs._base import SeededBug, rewrite_sql
 
@@ -125,6 +126,47 @@ TimerFiredTwice = rewrite_sql(
 """The firing UPDATE forgets ``status = 'scheduled'``: two concurrent firers both fire one timer."""
 
 
+class CommitDecidesOnUnlockedRead(PostgresStore):
+    """commit_decision() reads the run with a plain SELECT (no FOR UPDATE) and checks the fence on that read:
+    two deliveries of one decision both pass the fence before either writes, and the second one then hits
+    the first one's history rows (a unique violation) or a fenced UPDATE that matches nothing."""
+
+    _in_commit = False
+
+    def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
+        self._in_commit = True
+        try:
+            return super().commit_decision(claim, expected_revision, decision)
+        finally:
+            self._in_commit = False
+
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        return self._run(cur, run_id) if self._in_commit else super()._locked_run(cur, run_id)
+
+
+class WakeupMarkReadBeforeLock(PostgresStore):
+    """commit_decision() reads the run's wake-up mark before it locks the run, then decides blocked or
+    pending on that early read: a signal committed in between is lost."""
+
+    _in_commit = False
+
+    def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
+        self._in_commit = True
+        try:
+            return super().commit_decision(claim, expected_revision, decision)
+        finally:
+            self._in_commit = False
+
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        if not self._in_commit:
+            return super()._locked_run(cur, run_id)
+        early = self._run(cur, run_id)
+        locked = super()._locked_run(cur, run_id)
+        if early is None or locked is None:
+            return locked
+        return replace(locked, wakeup_pending=early.wakeup_pending)
+
+
 POSTGRES_BUGS: tuple[SeededBug, ...] = (
     SeededBug("no_skip_locked", "claims lock FOR UPDATE without SKIP LOCKED, so claimers wait for each other",
               _backend(dialect=NoSkipLocked()),
@@ -141,6 +183,12 @@ POSTGRES_BUGS: tuple[SeededBug, ...] = (
               _backend(NoReselectAfterOnConflict),
               ("definitions.racing_first_calls_store_one_row", "definitions.ensure_never_overwrites"),
               "definitions", backend="postgres"),
+    SeededBug("commit_decides_on_unlocked_read", "the commit checks its fence on a plain read: duplicate deliveries "
+              "both pass it", _backend(CommitDecidesOnUnlockedRead),
+              ("commit.overlapping_duplicate_deliveries_commit_once",), "overlapping_duplicate", backend="postgres"),
+    SeededBug("wakeup_mark_read_before_lock", "the commit reads the wake-up mark before locking the run",
+              _backend(WakeupMarkReadBeforeLock),
+              ("commit.waking_write_beside_a_blocking_commit_is_not_lost",), "waking_write_beside", backend="postgres"),
     SeededBug("timer_fired_twice", "two concurrent firers both fire the same timer", _backend(TimerFiredTwice),
               ("timers.concurrent_firers_fire_each_timer_once",), "timers", backend="postgres"),
 )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from adapters._sql import rows as R
@@ -343,6 +345,73 @@ class VerifyIgnoresChecksums(SqliteStore):
         return [AppliedMigration(a.version, a.name, code.get(a.version, a.checksum)) for a in super()._applied(cur)]
 
 
+# -- queues, callbacks, nested units of work ------------------------------------
+class ClaimIgnoresQueueFilter(SqliteStore):
+    """claim_commands() drops a non-empty queue filter: a worker for one queue takes every queue's commands."""
+
+    def claim_commands(
+        self, worker_id: str, lease: timedelta, limit: int = 1, queues: Sequence[str] | None = None
+    ) -> list[CommandClaim]:
+        return super().claim_commands(worker_id, lease, limit, None if queues else queues)
+
+
+class _RunsAtOnce:
+    """A unit of work whose on_commit() runs the callback at once instead of after the commit."""
+
+    def __init__(self, unit: Any) -> None:
+        self._unit = unit
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        callback()
+
+
+class CallbacksRunAtRegistration(SqliteStore):
+    """After-commit callbacks run when registered, before (and whether or not) the unit commits."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with super().transaction() as unit:
+            yield _RunsAtOnce(unit)
+
+
+class _Remembering:
+    def __init__(self, unit: Any, kept: list[Callable[[], None]]) -> None:
+        self._unit, self._kept = unit, kept
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        self._kept.append(callback)
+        self._unit.on_commit(callback)
+
+
+class CallbacksRunAfterRollback(SqliteStore):
+    """A unit that rolls back (its block raised, or its COMMIT failed) still runs its after-commit callbacks."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        kept: list[Callable[[], None]] = []
+        try:
+            with super().transaction() as unit:
+                yield _Remembering(unit, kept)
+        except BaseException:
+            for callback in kept:  # the bug: "after commit" read as "after the block"
+                callback()
+            raise
+
+
+class NestedBlockCommitsOnItsOwn(SqliteStore):
+    """A nested transaction() block commits what the unit wrote so far when it exits: an outer block that
+    fails afterwards cannot roll that part back."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        nested = bool(self._depth)
+        with super().transaction() as unit:
+            yield unit
+        if nested and not self._rollback_only:
+            self._cur.execute(self.dialect.commit)
+            self._cur.execute(self.dialect.begin_write)
+
+
 SQLITE_BUGS: tuple[SeededBug, ...] = (
     SeededBug("commit_ignores_generation", "the fence forgets the claim generation", _backend(IgnoresGeneration),
               ("claims.stale_generation_with_same_owner_is_refused",), "claims"),
@@ -399,6 +468,19 @@ SQLITE_BUGS: tuple[SeededBug, ...] = (
               _backend(IntegralFloatsAsInts),
               ("keys_and_payloads.json_values_round_trip",
                "keys_and_payloads.numbers_at_every_boundary_round_trip_at_top_level"), "keys_and_payloads"),
+    SeededBug("claim_ignores_queue_filter", "claim_commands drops a non-empty queue filter",
+              _backend(ClaimIgnoresQueueFilter), ("commands.claim_filters_by_queue",), "commands"),
+    SeededBug("callbacks_run_at_registration", "after-commit callbacks run when registered, before the commit",
+              _backend(CallbacksRunAtRegistration),
+              ("unit_of_work.callbacks_run_once_in_order_after_outermost_commit",
+               "unit_of_work.callbacks_never_run_after_rollback"), "unit_of_work"),
+    SeededBug("callbacks_run_after_rollback", "a unit that rolls back (or whose COMMIT fails) still runs its callbacks",
+              _backend(CallbacksRunAfterRollback),
+              ("unit_of_work.callbacks_never_run_after_rollback", "unit_of_work.callbacks_never_run_when_commit_fails"),
+              "unit_of_work"),
+    SeededBug("nested_block_commits_on_its_own", "a nested block commits the unit so far; a later outer failure keeps it",
+              _backend(NestedBlockCommitsOnItsOwn), ("unit_of_work.nested_blocks_reuse_the_outer_transaction",),
+              "unit_of_work"),
     SeededBug("verify_ignores_checksums", "verify_schema never compares checksums", _backend(VerifyIgnoresChecksums),
               ("schema.verify_fails_closed_on_tampered_migration",), "schema"),
 )
