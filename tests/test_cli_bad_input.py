@@ -51,9 +51,10 @@ def test_a_url_for_a_backend_that_takes_none_is_bad_input(capsys: pytest.Capture
 # -- selections ----------------------------------------------------------------
 def test_a_selection_matching_nothing_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = main(["check", "memory", "-k", "nosuchcheck", "--report-dir", str(tmp_path), "--no-progress"])
-    text = capsys.readouterr().out.strip()
+    out = capsys.readouterr()
+    text = (out.out + out.err).strip()
     assert code == 2, text
-    assert "no check matches -k 'nosuchcheck'" in text.splitlines()[-1]
+    assert "no check matches -k 'nosuchcheck'" in out.err.strip().splitlines()[-1]  # error lines go to stderr
     assert "FAIL" not in text and "PASS" not in text and "Traceback" not in text
 
 
@@ -140,9 +141,10 @@ def test_a_step_value_neither_side_can_apply_is_blamed_on_the_step(tmp_path: Pat
     steps = [*GOOD_STEPS, {"op": "advance", "us": "soon"}, {"op": "claim_runs", "worker": "w0", "lease_s": "x"}]
     for broken in (2, 3):
         code = main(["replay", _bundle(tmp_path, steps=steps[:2] + [steps[broken]]), "--backend", "sqlite"])
-        text = capsys.readouterr().out.strip()
+        out = capsys.readouterr()
+        text = (out.out + out.err).strip()
         assert code == 2, text
-        last = text.splitlines()[-1]
+        last = out.err.strip().splitlines()[-1]  # error lines go to stderr
         assert "step 2" in last and "malformed" in last and "adapter" not in text and "Traceback" not in text
 
 

@@ -35,8 +35,8 @@ from kit.contract import (
     Snapshot,
     StorageError,
 )
-from kit.contract.json_exact import json_difference, json_equal
 from kit.contract import validation as v
+from kit.contract.json_exact import json_difference, json_equal
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
 from kit.inspect import observable_state, run_state
