@@ -147,9 +147,11 @@ class Interpreter:
         record.outcome = adapter_out
         if self.narrate is not None:
             self.narrate(record.narration())
-        if not json_equal(adapter_out, reference_out):
+        difference = json_difference(adapter_out, reference_out, ("the adapter has", "the reference"))
+        if difference is not None:
             raise Divergence(index, step, "outcome",
-                             f"the adapter answered {_short(adapter_out)}, the reference {_short(reference_out)}",
+                             f"the adapter answered {_short(adapter_out)}, the reference {_short(reference_out)} "
+                             f"(first difference {difference})",
                              adapter_out, reference_out)
         self._compare_state(index, step)
         return record

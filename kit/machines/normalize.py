@@ -37,6 +37,8 @@ def normalize(result: Any) -> Any:
     """A JSON value describing ``result`` without store-specific ids."""
     if result is None or isinstance(result, bool | int | str):
         return result
+    if isinstance(result, float):  # kept a number: compared exactly, where JSON's one zero is -0.0 == 0.0
+        return result
     if isinstance(result, Outcome):
         return result.value
     if isinstance(result, BaseException):

@@ -161,6 +161,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "advance_to": ("target",), "crash": ("worker",), "crash_during": ("at", "inner"), "lost_ack": ("inner",),
     "skew": ("worker", "hours"), "paused_claim": ("holder", "other"), "race": ("ops",),
     "verify_schema": (), "uow_inner_failure": ("worker", "run"), "clock_probe": (), "interleave": ("ops",),
+    "unit": ("worker", "run", "mode"), "read_back": ("worker", "run"), "schema_drift": ("variant",),
+    "refused": ("worker", "what"),
 }
 _WORKER_FIELDS = ("worker", "holder", "other", "claim_of")
 
