@@ -121,8 +121,12 @@ def connect_params(url: str) -> dict[str, Any]:
 
 def connect(params: dict[str, Any], database: str | None, *, found_rows: bool = True) -> Any:
     """A new autocommit PyMySQL connection with the kit's session settings."""
+    wants_tls = "ssl" in params or any(key in params for key in (*_URL_PATHS[1:], *_URL_FLAGS))
     conn = pymysql.connect(
         **params,
+        # Without this PyMySQL builds a TLS context on every connect (about 250 ms here, against 2 ms),
+        # even for a server that offers no TLS; the URL's ssl options turn TLS on.
+        ssl_disabled=not wants_tls,
         database=database,
         charset="utf8mb4",
         collation="utf8mb4_bin",  # literals compare byte-exactly too, not in the server's CI default

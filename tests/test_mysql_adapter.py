@@ -71,6 +71,33 @@ def test_url_becomes_pymysql_parameters() -> None:
         mc.connect_params("postgresql+psycopg://u:secret@h/db")
 
 
+def test_tls_only_when_the_url_asks_for_it() -> None:
+    """A URL without TLS options connects without TLS (PyMySQL otherwise negotiates TLS and builds a context
+    on every connect); ``?ssl=true`` still gets TLS where the server offers it."""
+    import os
+
+    url = os.environ.get("KIT_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+    try:
+        plain = mc.connect(mc.connect_params(url), None)
+    except pymysql.err.OperationalError as exc:
+        if "mysql" in os.environ.get("KIT_REQUIRE_BACKENDS", ""):
+            raise
+        pytest.skip(f"not-reachable: no MySQL/MariaDB at the default URL ({exc})")
+    try:
+        assert not plain.ssl and getattr(plain, "ctx", None) is None, "TLS was negotiated though the URL asked none"
+    finally:
+        plain.close()
+    try:
+        with_tls = mc.connect(mc.connect_params(url + ("&" if "?" in url else "?") + "ssl=true"), None)
+    except pymysql.err.OperationalError as exc:  # a server without TLS refuses: proof TLS was asked for
+        assert "SSL is required" in str(exc), exc
+        return
+    try:
+        assert with_tls.ssl, "?ssl=true did not ask for TLS"
+    finally:
+        with_tls.close()
+
+
 def test_servers_without_skip_locked_are_refused() -> None:
     with pytest.raises(BackendUnavailable, match="MariaDB >= 10.6"):
         mc._require_skip_locked("MariaDB 10.5.23", (10, 5, 23))
