@@ -170,6 +170,10 @@ class WithholdingStore:
         self._need(Promise.DEFINITIONS, "get_definition()")
         return self._inner.get_definition(name, version)
 
+    def list_definition_versions(self, name: str) -> list[Definition]:
+        self._need(Promise.DEFINITIONS, "list_definition_versions()")
+        return self._inner.list_definition_versions(name)
+
     def start_run(self, run_id: str, definition: DefinitionRef, input: JSON = None,
                   idempotency_key: str | None = None) -> StartResult:
         if Promise.DEFINITIONS in self._withheld:  # no definitions kept: any reference is taken as given

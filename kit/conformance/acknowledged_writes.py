@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kit.conformance._harness import AreaChecks, requires
-from kit.contract import Capability, Storage, TransientError
+from kit.contract import Promise, Storage, TransientError
 
 __all__ = ["AcknowledgedWriteChecks"]
 
@@ -29,7 +29,7 @@ def _acknowledged(write: Callable[[], Any]) -> bool:
     return True
 
 
-@requires(Capability.UNIT_OF_WORK)
+@requires(Promise.UNIT_OF_WORK)
 class AcknowledgedWriteChecks(AreaChecks):
     area = "unit_of_work"
 
@@ -52,12 +52,13 @@ class AcknowledgedWriteChecks(AreaChecks):
         lost = [run for run in acknowledged if present.get(run) != {"by": "other"}]
         assert not lost, f"acknowledged writes {lost} vanished when the other store's unit of work committed"
 
+    @requires(Promise.SIGNALS)
     def test_signal_beside_an_open_unit_survives_its_commit(self, open_store: Callable[..., Storage]) -> None:
         """A signal sent through a second store while another store's unit of work is open on the same thread
         (and writes a different run) is either refused with a TransientError or still there after the
-        unit commits."""
+        unit commits, and the run it went to is runnable (woken, when the store promises wake_on_input)."""
         holder, other = open_store(), open_store()
-        self.blocked(holder, "signalled")
+        self.waiting(holder, "signalled")
         ref = self.define(holder)
         with holder.transaction():
             holder.start_run("unit-run", ref)

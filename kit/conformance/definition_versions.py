@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from kit.conformance._harness import AreaChecks, requires
-from kit.contract import Capability, InvalidArgument, Storage, digest_of
+from kit.contract import InvalidArgument, Promise, Storage, digest_of
 
 __all__ = ["DefinitionVersionChecks"]
 
@@ -16,6 +16,7 @@ __all__ = ["DefinitionVersionChecks"]
 VERSIONS = ("2", "10", "1", "a", "Z", "\u00e9", "e\u0301", "\U0001f600", "\ufffd", "1 ", "v1.0", "v1.0.1")
 
 
+@requires(Promise.DEFINITIONS)
 class DefinitionVersionChecks(AreaChecks):
     area = "definitions"
 
@@ -50,7 +51,7 @@ class DefinitionVersionChecks(AreaChecks):
         with pytest.raises(InvalidArgument):
             store.list_definition_versions("")
 
-    @requires(Capability.TENANCY)
+    @requires(Promise.TENANCY)
     def test_versions_are_listed_per_tenant(self, open_store: Callable[..., Storage]) -> None:
         """Another tenant's versions of the same name are never listed."""
         mine, theirs = open_store("tenant-a"), open_store("tenant-b")

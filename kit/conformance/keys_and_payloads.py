@@ -185,23 +185,28 @@ class KeyAndPayloadChecks(AreaChecks):
         wrong = [f"{where} ({diff})" for where, got in places.items() if (diff := json_difference(got, value))]
         assert not wrong, f"{sample} came back changed from: {'; '.join(wrong)}"
 
-    @requires(Promise.SIGNALS)
     def test_numbers_at_every_boundary_round_trip_at_top_level(self, store: Storage) -> None:
         """Every integer at the int32, double, int64 and uint64 boundaries (each +-1), 10**30 and integral
-        floats come back as the same number of the same type, as a whole run input and signal payload."""
-        self.waiting(store, "run-zz")
+        floats come back as the same number of the same type, as a whole run input and (when the store
+        promises signals) a whole signal payload."""
+        signals = self.promised(Promise.SIGNALS)
+        if signals:
+            self.waiting(store, "run-zz")
         ref = self.define(store)
         run_ids = [f"run-{i:02}" for i in range(len(NUMBER_BOUNDARIES))]
         for run_id, number in zip(run_ids, NUMBER_BOUNDARIES):
             assert store.start_run(run_id, ref, number).created
         for run_id, number in zip(run_ids, NUMBER_BOUNDARIES):
-            store.send_signal("run-zz", "n", number, run_id)
-        signals = store.list_signals("run-zz")
-        assert len(signals) == len(NUMBER_BOUNDARIES)
-        for run_id, number, signal in zip(run_ids, NUMBER_BOUNDARIES, signals):
             run = store.get_run(run_id)
             assert run is not None
             assert_json_equal(run.input, number, f"run input {number!r}")
+        if not signals:
+            return
+        for run_id, number in zip(run_ids, NUMBER_BOUNDARIES):
+            store.send_signal("run-zz", "n", number, run_id)
+        received = store.list_signals("run-zz")
+        assert len(received) == len(NUMBER_BOUNDARIES)
+        for number, signal in zip(NUMBER_BOUNDARIES, received):
             assert_json_equal(signal.payload, number, f"signal payload {number!r}")
 
     @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1: "int key"}, b"bytes", {"set": {1}}, ("tuple",)],

@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kit.conformance._harness import LEASE, AreaChecks
+from kit.conformance._harness import LEASE, AreaChecks, requires
 from kit.contract import (
     Decision,
     InvalidArgument,
     NewCommand,
     NewEvent,
+    Promise,
     RunStatus,
     Snapshot,
     Storage,
@@ -86,7 +87,7 @@ class PayloadLimitChecks(AreaChecks):
         from_deep_stack(lambda: store.start_run("run-1", ref, value))
         claim = self.claim_one(store)
         decision = Decision(RunStatus.PENDING, events=(NewEvent("e", value),))
-        outcome = from_deep_stack(lambda: store.commit_decision(claim, 0, decision))
+        outcome = from_deep_stack(lambda: store.commit_decision(claim, claim.revision, decision))
         assert outcome is Outcome.COMMITTED
         claim = self.claim_one(store)
         reads: dict[str, Callable[[], Any]] = {
@@ -114,21 +115,23 @@ class PayloadLimitChecks(AreaChecks):
         for bad in (text, {"k": [text]}, {text: 1}):
             self._refused_everywhere(store, bad)
 
+    @requires(Promise.CANCEL_REQUESTS)
     @pytest.mark.parametrize("kind", sorted(UNSTORABLE_TEXT))
     def test_unstorable_text_is_refused_as_cancel_reason(self, store: Storage, kind: str) -> None:
         """request_cancel() refuses a reason holding U+0000 or a lone surrogate with InvalidArgument, as every
         other text argument is refused, and the run is left uncancelled."""
-        self.blocked(store)
+        self.waiting(store)
         with pytest.raises(InvalidArgument):
             store.request_cancel("run-1", UNSTORABLE_TEXT[kind])
         run = store.get_run("run-1")
-        assert run is not None and not run.cancel_requested and run.status is RunStatus.BLOCKED
+        assert run is not None and not run.cancel_requested and run.status is self.waiting_status()
         assert store.request_cancel("run-1", "a plain reason") is Outcome.COMMITTED
 
     @pytest.mark.parametrize("kind", sorted(UNSTORABLE_TEXT))
     def test_unstorable_text_is_refused_in_every_key_and_name(self, store: Storage, kind: str) -> None:
         """U+0000 or a lone surrogate in a run id, idempotency key, signal name or dedup key, or an event
-        kind or operation key is refused with InvalidArgument, and nothing is written."""
+        kind or operation key (or a command's, when the store promises commands) is refused with
+        InvalidArgument, and nothing is written."""
         text = UNSTORABLE_TEXT[kind]
         ref = self.define(store)
         with pytest.raises(InvalidArgument):
@@ -136,53 +139,66 @@ class PayloadLimitChecks(AreaChecks):
         with pytest.raises(InvalidArgument):
             store.start_run("run-x", ref, idempotency_key=text)
         assert [r.run_id for r in store.list_runs()] == []
-        self.blocked(store)
-        for name, key in ((text, "k"), ("go", text)):
-            with pytest.raises(InvalidArgument):
-                store.send_signal("run-1", name, None, key)
-        assert store.list_signals("run-1") == []
-        assert store.send_signal("run-1", "go", None, "wake").created
+        self.start(store, definition=ref)
+        if self.promised(Promise.SIGNALS):
+            for name, key in ((text, "k"), ("go", text)):
+                with pytest.raises(InvalidArgument):
+                    store.send_signal("run-1", name, None, key)
+            assert store.list_signals("run-1") == []
+            assert store.send_signal("run-1", "go", None, "plain").created
         claim = self.claim_one(store)
         for event in (NewEvent(text, None), NewEvent("e", None, operation_key=text)):
             with pytest.raises(InvalidArgument):
-                store.commit_decision(claim, claim.revision, Decision(RunStatus.BLOCKED, events=(event,)))
-        with pytest.raises(InvalidArgument):
-            store.commit_decision(claim, claim.revision, Decision(RunStatus.BLOCKED, commands=(NewCommand(text, "x"),)))
-        assert store.get_history("run-1") == [] and store.list_commands("run-1") == []
+                store.commit_decision(claim, claim.revision, Decision(RunStatus.PENDING, events=(event,)))
+        assert store.get_history("run-1") == []
+        if self.promised(Promise.COMMANDS):
+            with pytest.raises(InvalidArgument):
+                store.commit_decision(claim, claim.revision,
+                                      Decision(RunStatus.PENDING, commands=(NewCommand(text, "x"),)))
+            assert store.get_history("run-1") == [] and store.list_commands("run-1") == []
 
     # -- helpers ----------------------------------------------------------
     def _refused_everywhere(self, store: Storage, bad: Any) -> None:
-        """``bad`` refused by start_run, commit_decision (event, command, output, error), send_signal,
-        complete_command and fail_command; the store is unchanged after each refusal."""
+        """``bad`` refused by start_run, commit_decision (event, output, error, and command input when the
+        store promises commands), send_signal (when promised), complete_command and fail_command (when
+        commands are promised); the store is unchanged after each refusal."""
+        commands = self.promised(Promise.COMMANDS)
         ref = self.define(store)
         with pytest.raises(InvalidArgument):
             store.start_run("refused", ref, bad)
         assert store.get_run("refused") is None
         run_id = f"run-{len(store.list_runs()) + 1}"
         claim = self.started_and_claimed(store, run_id)
+        before = store.get_run(run_id)
         decisions = {
-            "event payload": Decision(RunStatus.BLOCKED, events=(NewEvent("e", bad),)),
-            "command input": Decision(RunStatus.BLOCKED, commands=(NewCommand("op", "x", bad),)),
+            "event payload": Decision(RunStatus.PENDING, events=(NewEvent("e", bad),)),
             "output": Decision(RunStatus.COMPLETED, output=bad),
             "error": Decision(RunStatus.FAILED, error=bad),
         }
+        if commands:
+            decisions["command input"] = Decision(RunStatus.PENDING, commands=(NewCommand("op", "x", bad),))
         for where, decision in decisions.items():
             with pytest.raises(InvalidArgument):
-                store.commit_decision(claim, 0, decision)
-            run = store.get_run(run_id)
-            assert run is not None and run.revision == 0, f"a refused {where} changed the run"
-        assert store.get_history(run_id) == [] and store.list_commands(run_id) == []
-        blocked = Decision(RunStatus.BLOCKED, commands=(NewCommand("op", "x"), NewCommand("op2", "x")))
-        assert store.commit_decision(claim, 0, blocked) is Outcome.COMMITTED
+                store.commit_decision(claim, claim.revision, decision)
+            assert store.get_run(run_id) == before, f"a refused {where} changed the run"
+        assert store.get_history(run_id) == []
+        if self.promised(Promise.SIGNALS):
+            with pytest.raises(InvalidArgument):
+                store.send_signal(run_id, "go", bad, "sig")
+            assert store.list_signals(run_id) == []
+        if not commands:
+            return  # the run stays claimed (not claimable), so the next call claims its own run
+        assert store.list_commands(run_id) == []
+        waiting = Decision(self.waiting_status(), commands=(NewCommand("op", "x"), NewCommand("op2", "x")))
+        assert store.commit_decision(claim, claim.revision, waiting) is Outcome.COMMITTED
+        if waiting.next_status is RunStatus.PENDING:  # a store that cannot block: hold the run claimed
+            self.claim_one(store)
+        claimed = store.claim_commands("w", LEASE, limit=2)
+        assert len(claimed) == 2
         with pytest.raises(InvalidArgument):
-            store.send_signal(run_id, "go", bad, "sig")
-        assert store.list_signals(run_id) == []
-        commands = store.claim_commands("w", LEASE, limit=2)
-        assert len(commands) == 2
+            store.complete_command(claimed[0], bad)
         with pytest.raises(InvalidArgument):
-            store.complete_command(commands[0], bad)
-        with pytest.raises(InvalidArgument):
-            store.fail_command(commands[1], bad, retryable=False)
+            store.fail_command(claimed[1], bad, retryable=False)
         for command in store.list_commands(run_id):
             assert command.status.value == "claimed" and command.result is None, "a refused result was stored"
 
