@@ -87,9 +87,14 @@ def _encode_int(value: int) -> Any:
 
 
 def _encode_float(value: float) -> Any:
-    if math.isfinite(value):
-        return value
-    return {"$float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    """Non-integral floats as plain numbers; integral ones tagged (most JSON parsers read ``1.0`` as the
+    integer 1, and the contract keeps the two apart); non-finite ones tagged so the store must refuse them."""
+    if not math.isfinite(value):
+        return {"$float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    return {"$float": repr(value)} if value.is_integer() else value
+
+
+_FLOAT_TEXT = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?")
 
 
 # ----------------------------------------------------------------------
@@ -183,8 +188,9 @@ def decode_value(value: Any, where: str = "value") -> Any:
                     parent[slot] = int(inner)
                     continue
                 if tag == "$float":
-                    if inner not in ("NaN", "Infinity", "-Infinity"):
-                        raise WireTypeError(f"{at}: $float must be NaN, Infinity or -Infinity")
+                    if not isinstance(inner, str) or not (inner in ("NaN", "Infinity", "-Infinity")
+                                                          or _FLOAT_TEXT.fullmatch(inner)):
+                        raise WireTypeError(f"{at}: $float must be a decimal float literal, NaN, Infinity or -Infinity")
                     parent[slot] = float(inner.replace("Infinity", "inf"))
                     continue
                 if tag == "$obj":

@@ -466,7 +466,8 @@ class Store {
   }
 
   async request_cancel({ run_id, reason }) {
-    if (reason !== null && reason !== undefined && typeof reason !== 'string') throw V.invalid('reason must be a str or None');
+    V.checkText('run_id', run_id, LIMITS.runId);
+    if (reason !== null && reason !== undefined && reason !== '') V.checkText('reason', reason, LIMITS.reason); // free text may be empty
     return this.write(async () => {
       const run = await this.lockedRun(run_id);
       if (!run) return 'not_found';

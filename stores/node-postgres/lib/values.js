@@ -3,7 +3,7 @@
 // Every refusal is a ContractError naming the argument and the fix.
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
-const LIMITS = { tenant: 64, runId: 128, worker: 128, key: 255, name: 200 };
+const LIMITS = { tenant: 64, runId: 128, worker: 128, key: 255, name: 200, reason: 10000, jsonDepth: 512 };
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const DT = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z?)$/;
 
@@ -106,7 +106,7 @@ function checkNonNegative(label, v, err = invalid) {
 // Wire payload -> JSON text for a jsonb column (refusing what JSON cannot hold).
 function payloadText(label, value, err = invalid) {
   const out = [];
-  const walk = (where, v) => {
+  const walk = (where, v, depth = 0) => {
     if (v === null || typeof v === 'boolean') { out.push(String(v)); return; }
     if (typeof v === 'number') {
       if (!Number.isFinite(v)) throw err(`${where} is not finite; JSON has no NaN or infinity`);
@@ -115,8 +115,9 @@ function payloadText(label, value, err = invalid) {
     }
     if (typeof v === 'string') { checkPortable(where, v, err); out.push(JSON.stringify(v)); return; }
     if (Array.isArray(v)) {
+      if (depth >= LIMITS.jsonDepth) throw err(`${label} nests arrays and objects deeper than ${LIMITS.jsonDepth} levels, the contract's limit`);
       out.push('[');
-      v.forEach((x, i) => { if (i) out.push(','); walk(`${where}[${i}]`, x); });
+      v.forEach((x, i) => { if (i) out.push(','); walk(`${where}[${i}]`, x, depth + 1); });
       out.push(']');
       return;
     }
@@ -127,17 +128,27 @@ function payloadText(label, value, err = invalid) {
         out.push(BigInt(v.$int).toString());
         return;
       }
-      if (keys.length === 1 && keys[0] === '$float') throw err(`${where} is ${v.$float}; JSON has no NaN or infinity`);
+      if (keys.length === 1 && keys[0] === '$float') {
+        // An integral float: stored with a fraction so jsonb (numeric) and payloadOut keep it a float;
+        // large ones written out in full (jsonb would print 1e+300 back as a 301-digit integer).
+        const text = v.$float;
+        if (typeof text !== 'string' || !/^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(text)) throw err(`${where} is ${text}; JSON has no NaN or infinity`);
+        const n = Number(text);
+        if (!Number.isFinite(n)) throw err(`${where} is ${text}; JSON has no NaN or infinity`);
+        out.push(Number.isInteger(n) ? `${Object.is(n, -0) ? '-' : ''}${BigInt(n).toString()}.0` : JSON.stringify(n));
+        return;
+      }
       let obj = v;
       if (keys.length === 1 && keys[0] === '$obj') obj = v.$obj;
       else if (keys.some((k) => k.startsWith('$'))) throw err(`${where} has a $ key outside $obj (see the wire spec)`);
       if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) throw err(`${where}: $obj must hold an object`);
+      if (depth >= LIMITS.jsonDepth) throw err(`${label} nests arrays and objects deeper than ${LIMITS.jsonDepth} levels, the contract's limit`);
       out.push('{');
       Object.keys(obj).forEach((k, i) => {
         checkPortable(`${where} key`, k, err);
         if (i) out.push(',');
         out.push(JSON.stringify(k), ':');
-        walk(`${where}[${JSON.stringify(k)}]`, obj[k]);
+        walk(`${where}[${JSON.stringify(k)}]`, obj[k], depth + 1);
       });
       out.push('}');
       return;
@@ -182,7 +193,8 @@ function payloadOut(text) {
     if (!m) throw new ContractError('StorageError', `stored JSON is malformed at ${i}`);
     i += m[0].length;
     if (!m[1] && !m[2]) return intOut(BigInt(m[0]));
-    return Number(m[0]);
+    const n = Number(m[0]);
+    return Number.isInteger(n) ? { $float: m[0] } : n; // a float with a whole value: tagged, or it reads as an int
   };
   const str = () => {
     const start = i; i += 1;
