@@ -50,6 +50,12 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
     "definitions.body_bytes_round_trip": ("definition_versions",),
     "definitions.digest_must_be_sha256_of_body": ("definition_versions",),
     "definitions.racing_first_calls_store_one_row": ("race", "interleave_first_wins"),
+    # the state compared after a definition_versions step lists every name defined (and the LIKE patterns
+    # "w_", "w%") through list_definition_versions in every tenant
+    "definitions.versions_are_listed_in_code_point_order": ("definition_versions",),
+    "definitions.the_name_matches_exactly": ("definition_versions",),
+    "definitions.an_unknown_name_lists_nothing": ("definition_versions", "same_run_id_in_other_tenant"),
+    "definitions.versions_are_listed_per_tenant": ("definition_versions",),
     # -- runs ---------------------------------------------------------------------------------
     "runs.start_creates_pending_run": ("start", "some_runs"),
     "runs.start_requires_an_ensured_definition": ("same_run_id_in_other_tenant", "start"),
@@ -217,8 +223,15 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
     "keys_and_payloads.microsecond_timestamps_round_trip": ("absolute_times",),
     "keys_and_payloads.non_utc_offsets_are_normalised": ("absolute_times",),
     "keys_and_payloads.returned_timestamps_are_aware_utc": ("absolute_times", "advance", "read_back"),
+    "keys_and_payloads.numbers_at_every_boundary_round_trip_at_top_level": ("big_numbers", "start", "signal"),
+    "keys_and_payloads.json_deeper_than_the_limit_is_refused_everywhere": ("refused_arguments",),
+    "keys_and_payloads.unstorable_text_is_refused_in_every_payload": ("refused_arguments",),
+    "keys_and_payloads.unstorable_text_is_refused_as_cancel_reason": ("refused_arguments",),
+    "keys_and_payloads.unstorable_text_is_refused_in_every_key_and_name": ("refused_arguments",),
     # -- the machines themselves ----------------------------------------------------------------
     "machines.fault_machine_agrees_with_reference": ("some_runs",),
+    # the reference machine judges the same invariants (kit.machines.invariants) after every step
+    "machines.fault_machine_keeps_the_invariants": ("some_runs",),
 }
 
 #: check id -> why no machine rule can reach it (the goal is an empty dict; each entry is a stated gap).
@@ -230,6 +243,21 @@ UNREACHED: dict[str, str] = {
     "schema.concurrent_migrate_applies_each_file_once":
         "needs several first migrations racing on an empty database; the machines' database is migrated "
         "before the first step",
+    "keys_and_payloads.json_at_the_depth_limit_reads_back_from_any_stack":
+        "needs a payload nested to the depth limit (512 levels) read back from a caller with few stack frames "
+        "left; the machines' payloads nest a few levels and every step is called from a shallow stack",
+    "keys_and_payloads.mutating_arguments_after_writes_changes_nothing_stored":
+        "needs the caller to mutate a payload object after handing it to a write; no step ever alters a "
+        "value once it was passed to a store",
+    "keys_and_payloads.mutating_read_results_changes_nothing_stored":
+        "needs the caller to mutate the payloads a read returned; no step ever alters a value a store "
+        "returned",
+    "unit_of_work.write_beside_an_open_unit_survives_its_commit":
+        "needs a write through a second store on the thread that holds another store's open unit of work; "
+        "the unit step only reads through another connection, on another thread, while its unit is open",
+    "unit_of_work.signal_beside_an_open_unit_survives_its_commit":
+        "needs a signal sent through a second store on the thread that holds another store's open unit of "
+        "work; the unit step only reads through another connection, on another thread, while its unit is open",
     "clock.database_clock_reads_server_time":
         "compares the server's clock with the host's; the reference engine's database clock is the host's, "
         "so a lock-step comparison cannot judge it",

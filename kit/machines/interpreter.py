@@ -54,12 +54,24 @@ PARK_S = 30.0
 """A safety net only: B never waits on A's locks before B's first locking statement."""
 
 
+def _nested(depth: int) -> Any:
+    """``depth`` levels of alternating objects and arrays around a string (built without recursion)."""
+    value: Any = "bottom"
+    for i in range(depth):
+        value = [value] if i % 2 else {"d": value}
+    return value
+
+
 #: Arguments the contract refuses before anything is stored (``refused`` steps name them by label, so a
 #: step list stays plain JSON even for values JSON cannot carry).
 _REFUSED: dict[str, Any] = {
     "nan": float("nan"), "infinity": float("inf"), "int_key": {1: "int key"}, "bytes": b"bytes",
     "set": {"set": {1}}, "tuple": ("tuple",),
+    "too_deep": _nested(v.MAX_JSON_DEPTH + 1), "nul_in_payload": {"k": ["a\x00b"]},
+    "surrogate_in_payload_key": {"a\ud800b": 1},
 }
+#: Names probed in every definition listing besides the names defined: LIKE patterns that match "wf".
+_LISTING_PROBES = ("w_", "w%")
 
 
 class Divergence(AssertionError):
@@ -710,6 +722,12 @@ class Interpreter:
                     return "no claim held"
                 decision = Decision(RunStatus.BLOCKED, timers=(NewTimer("naive", fire_at=datetime(2031, 1, 1)),))
                 return store.commit_decision(claim, claim.revision, decision)
+            if what == "nul_in_run_id":
+                return store.start_run("a\x00b", ref)
+            if what == "surrogate_in_dedup_key":
+                return store.send_signal(run, "sig", None, "a\ud800b")
+            if what == "nul_in_cancel_reason":
+                return store.request_cancel(run, "a\x00b")
             if what == "test_clock_on_database_clock":
                 clocked = side.database.open(side.workers[w].tenant, clock=ClockMode.DATABASE)
                 try:
@@ -739,6 +757,9 @@ class Interpreter:
                     d = store.get_definition(name, version)
                     versions[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
                 state[f"{tenant}#versions"] = versions
+                names = sorted({name for name, _ in self._versions} | self._definitions | set(_LISTING_PROBES))
+                state[f"{tenant}#listed"] = {name: [[d.version, d.digest, d.body.hex()]
+                                                    for d in store.list_definition_versions(name)] for name in names}
         return state
 
     def _compare_state(self, index: int, step: dict[str, Any]) -> None:

@@ -849,9 +849,12 @@ class _Machine(RuleBasedStateMachine):
 
     @rule(data=st.data(), what=st.sampled_from((
         "empty_run_id", "long_run_id", "long_idempotency_key", "empty_dedup_key", "naive_fire_at",
-        "test_clock_on_database_clock", "nan", "infinity", "int_key", "bytes", "set", "tuple")))
+        "test_clock_on_database_clock", "nan", "infinity", "int_key", "bytes", "set", "tuple", "too_deep",
+        "nul_in_payload", "surrogate_in_payload_key", "nul_in_run_id", "surrogate_in_dedup_key", "nul_in_cancel_reason")))
     def refused_arguments(self, data: Any, what: str) -> None:
-        """A call the contract refuses before anything is stored: both stores refuse it, nothing changes."""
+        """A call the contract refuses before anything is stored (an empty, over-long or unstorable key, a
+        value that is not JSON or nests deeper than the limit, unstorable text in a payload or a cancel
+        reason): both stores refuse it, nothing changes."""
         w, run = self.pick_run(data)
         self.step({"op": "refused", "worker": w, "run": run, "what": what})
 

@@ -44,7 +44,9 @@ read_back                 a run through the individual reads (get_run, a history
 schema_drift              verify against code one file behind (``newer_schema``) or
                           ahead (``pending``), or migrate() again (``again``)
 refused                   a call refused up front (``what``: empty or over-long key,
-                          non-JSON value, naive timestamp, test clock on database clock)
+                          non-JSON or too deep value, U+0000 or a lone surrogate in a
+                          payload, key or cancel reason, naive timestamp, test clock on
+                          database clock)
 ========================  =====================================================
 """
 
