@@ -283,6 +283,19 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def list_page(self, w: str, after: str | None, limit: int) -> None:
         self.step({"op": "list_page", "worker": w, "after": after, "limit": limit})
 
+    @rule(w=workers, limit=st.integers(1, 2))
+    def page_through(self, w: str, limit: int) -> None:
+        """list_runs page by page, each page after the last id of the one before (up to four pages): each run
+        is listed once, never the cursor's own run."""
+        ids = self.existing_runs() if w in TENANT_A else []
+        after: str | None = None
+        for _ in range(4):
+            self.step({"op": "list_page", "worker": w, "after": after, "limit": limit})
+            page = [r for r in ids if after is None or r > after][:limit]
+            if not page:
+                return
+            after = page[-1]
+
     # -- deciders -----------------------------------------------------------------
     @rule(w=workers, limit=st.integers(1, 3), lease=leases)
     def claim_runs(self, w: str, limit: int, lease: int) -> None:
