@@ -42,6 +42,7 @@ from kit.machines.machine import (
     claims,
     decisions,
     leases,
+    pinned_generation,
     pooled_database,
     runs,
     small_json,
@@ -585,7 +586,8 @@ def run_model_free(backend: Backend, profile: str | Profile = "quick", seed_valu
     started = time.monotonic()
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+        with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
     except Divergence:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from kit.machines.bundle import ReplayResult
-from kit.machines.machine import Profile
+from kit.machines.machine import Profile, pinned_generation
 from kit.machines.queue_driver import QueueDriver, QueueViolation
 from kit.queue import QueueBackend, QueueDatabase, QueuePromise
 
@@ -168,7 +168,8 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
     started = time.monotonic()
     outcome = QueueMachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        run_state_machine_as_test(machine, settings=chosen.settings(shrink=False))
+        with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=False))
     except QueueViolation:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
