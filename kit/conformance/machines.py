@@ -60,7 +60,12 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     chosen = machine_mode(request.config, backend)
     if chosen != machine:
         pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
-    outcome = run(backend, profile, seed)
+    from kit.machines import progress
+    from kit.machines.machine import PROFILES
+
+    budget = PROFILES[profile]
+    with progress.running(machine, seed, budget.max_examples, budget.steps):
+        outcome = run(backend, profile, seed)
     if outcome.error:
         pytest.fail(f"the {machine} machine itself failed (seed {seed}): {outcome.error}")
     if outcome.failure is not None:
