@@ -263,3 +263,62 @@ def test_a_report_names_the_contract_section_of_each_failure(tmp_path: Path) -> 
     folder = writer.finish()
     for name in ("index.html", "summary.md"):
         assert "docs/CONTRACT.md section 3.6 (Signals)" in (folder / name).read_text(), name
+
+
+TIMER_FIRES_EARLY = [  # the reference machine's shrunk story for the seeded bug timer_fires_early
+    {"body": "v1", "name": "wf", "op": "define", "worker": "w0"},
+    {"op": "start", "run": "r0", "worker": "w0", "input": {"n": 1}},
+    {"limit": 1, "op": "claim_runs", "worker": "w0"},
+    {"decision": {"status": "blocked", "timers": [{"delay_ms": 1, "key": "t0"}]}, "op": "commit", "run": "r0",
+     "worker": "w0"},
+    {"offset_us": -1, "op": "advance_to", "target": "timer", "which": 0},
+    {"limit": 1, "op": "fire_timers", "worker": "w0"},
+]
+NO_OPS = {  # steps that do nothing at these places: a worker with no claim, a clock move with no deadline ahead
+    1: {"offset_us": 0, "op": "advance_to", "target": "timer", "which": 0},
+    3: {"decision": {"status": "completed", "output": 1}, "op": "commit", "run": "r0", "worker": "w2"},
+    5: {"op": "renew", "run": "r0", "worker": "w1"},
+}
+
+
+def _with_no_ops() -> list[dict[str, object]]:
+    steps = [dict(s) for s in TIMER_FIRES_EARLY]
+    for at in sorted(NO_OPS, reverse=True):
+        steps.insert(at, NO_OPS[at])
+    return steps
+
+
+def test_a_saved_bundle_drops_the_steps_that_did_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Shrinking keeps rules whose worker held no claim or whose clock move had no deadline ahead; the saved
+    bundle drops them when the shorter story still reproduces, and `kit replay` reproduces it."""
+    from kit.machines.bundle import load_bundle, make_bundle, prune_no_ops, replay, save_bundle
+    from tests.seeded_bugs.registry import timer_fires_early
+
+    backend = timer_fires_early()
+    try:
+        noisy = make_bundle("tests.seeded_bugs.registry:timer_fires_early", backend, "quick", 1, _with_no_ops(),
+                            {"kind": "outcome", "step": 8})
+        full = replay(noisy, backend)
+        assert full.reproduced and [line for line in full.narration
+                                    if "no claim held" in line or "no such deadline ahead" in line], full.narration
+        pruned, message = prune_no_ops(noisy, backend)
+    finally:
+        backend.close()
+    assert pruned["steps"] == TIMER_FIRES_EARLY
+    assert pruned["pruned"] == {"no_op_steps_removed": 3, "steps_before": 9}
+    assert message is not None and message.startswith("step 5 (w0 fires due timers")
+    path = save_bundle(pruned, tmp_path)
+    assert load_bundle(path)["steps"] == TIMER_FIRES_EARLY
+    assert main(["replay", str(path)]) == 1, "the pruned bundle no longer reproduces"
+    assert "reproduced the recorded divergence" in capsys.readouterr().out
+
+
+def test_a_bundle_that_does_not_reproduce_when_pruned_is_kept_whole() -> None:
+    """Pruning never trades the story for a shorter one that shows nothing: on a store where the steps do not
+    diverge (or diverge otherwise) the bundle is saved as the machine recorded it."""
+    from kit.machines.bundle import make_bundle, prune_no_ops
+    from kit.reference import MemoryBackend
+
+    backend = MemoryBackend()
+    noisy = make_bundle("memory", backend, "quick", 1, _with_no_ops(), {"kind": "outcome", "step": 8})
+    assert prune_no_ops(noisy, backend) == (noisy, None)

@@ -26,7 +26,8 @@ from kit.machines.interpreter import Divergence, Interpreter
 from kit.machines.model_free import MACHINES, MODEL_FREE, REFERENCE, ModelFreeInterpreter
 from kit.machines.steps import step_problem
 
-__all__ = ["BUNDLE_FORMAT", "ReplayResult", "check_steps", "load_bundle", "make_bundle", "replay", "save_bundle"]
+__all__ = ["BUNDLE_FORMAT", "NO_OP_OUTCOMES", "ReplayResult", "check_steps", "is_no_op", "load_bundle", "make_bundle",
+           "prune_no_ops", "replay", "save_bundle"]
 
 BUNDLE_FORMAT = 1
 
@@ -140,12 +141,7 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
             narrate(line)
 
     check_steps(bundle["steps"], "the bundle")
-    interpreter: Interpreter | ModelFreeInterpreter
-    if bundle.get("machine", REFERENCE) == MODEL_FREE:
-        families = frozenset(bundle["families"]) if isinstance(bundle.get("families"), list) else None
-        interpreter = ModelFreeInterpreter(backend, narrate=say, families=families)
-    else:
-        interpreter = Interpreter(backend, narrate=say)
+    interpreter = _interpreter(bundle, backend, say)
     try:
         for step in bundle["steps"]:
             interpreter.apply(step)
@@ -162,3 +158,65 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
     finally:
         interpreter.close()
     return result
+
+
+def _interpreter(bundle: dict[str, Any], backend: Backend,
+                 narrate: Callable[[str], None] | None) -> Interpreter | ModelFreeInterpreter:
+    """The interpreter of the machine that recorded ``bundle``, on a fresh database of ``backend``."""
+    if bundle.get("machine", REFERENCE) == MODEL_FREE:
+        families = frozenset(bundle["families"]) if isinstance(bundle.get("families"), list) else None
+        return ModelFreeInterpreter(backend, narrate=narrate, families=families)
+    return Interpreter(backend, narrate=narrate)
+
+
+NO_OP_OUTCOMES = ("no claim held", "no such deadline ahead")
+"""What a step answers when it did nothing: it called no store (the worker held no claim, no deadline was
+ahead to move the clock to)."""
+
+
+def is_no_op(outcome: Any) -> bool:
+    """Whether a step's recorded outcome says it did nothing (also a step skipped for a missing capability)."""
+    return isinstance(outcome, str) and (outcome in NO_OP_OUTCOMES or outcome.startswith("skipped:"))
+
+
+def _apply_all(bundle: dict[str, Any], backend: Backend) -> tuple[list[Any], Divergence | None]:
+    """Apply the bundle's steps on a fresh database: the step records and the divergence (if any)."""
+    interpreter = _interpreter(bundle, backend, None)
+    try:
+        for step in bundle["steps"]:
+            interpreter.apply(step)
+    except Divergence as exc:
+        return list(interpreter.records), exc
+    finally:
+        interpreter.close()
+    return list(interpreter.records), None
+
+
+def prune_no_ops(bundle: dict[str, Any], backend: Backend) -> tuple[dict[str, Any], str | None]:
+    """The bundle without the steps that did nothing (:func:`is_no_op`), when it still reproduces a divergence
+    of the same kind on ``backend``; else the bundle unchanged.
+
+    Hypothesis shrinks the rules it drew, not what they did: a rule whose worker held no claim stays in the
+    story. Returns the bundle to save and, when it was pruned, the divergence's new message (its step numbers
+    are those of the pruned list); ``pruned`` in the bundle records how many steps went. Queue bundles are
+    shrunk by their own machine and returned as they are.
+    """
+    if bundle.get("kind") == "queue":
+        return bundle, None
+    try:
+        records, divergence = _apply_all(bundle, backend)
+        if divergence is None:
+            return bundle, None  # not reproduced on a fresh database: keep what the machine saw
+        last = divergence.index
+        kept = [r.step for r in records[: last + 1] if r.index == last or not is_no_op(r.outcome)]
+        if len(kept) == len(bundle["steps"]):
+            return bundle, None
+        pruned = {**bundle, "steps": kept}
+        _, again = _apply_all(pruned, backend)
+    except Exception:  # noqa: BLE001 - pruning is an improvement; the machine's own bundle is always good
+        return bundle, None
+    if again is None or again.kind != bundle.get("divergence", {}).get("kind", divergence.kind):
+        return bundle, None
+    pruned["divergence"] = again.to_json()
+    pruned["pruned"] = {"no_op_steps_removed": len(bundle["steps"]) - len(kept), "steps_before": len(bundle["steps"])}
+    return pruned, str(again)
