@@ -322,3 +322,18 @@ def test_a_bundle_that_does_not_reproduce_when_pruned_is_kept_whole() -> None:
     backend = MemoryBackend()
     noisy = make_bundle("memory", backend, "quick", 1, _with_no_ops(), {"kind": "outcome", "step": 8})
     assert prune_no_ops(noisy, backend) == (noisy, None)
+
+
+def test_the_browser_checks_say_why_they_skip_without_chromium(tmp_path: Path) -> None:
+    """Under README command 2 without Chromium, the skipped browser checks say what they need, how to get it,
+    and that CI installs it (pytest's -ra summary shows the reason)."""
+    repo = Path(__file__).resolve().parents[1]
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = _run(["-m", "pytest", str(repo / "tests" / "test_report_browser.py"), "-n", "0", "-p", "no:randomly",
+                 "-p", "no:cacheprovider"], cwd=repo, env={"PATH": str(empty), "KIT_REQUIRE_BROWSER": ""})
+    assert done.returncode == 0, done.stdout + done.stderr
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED [")]
+    assert len(skipped) == 3, done.stdout
+    for line in skipped:
+        assert "need Chromium" in line and "apt-get install -y chromium" in line and ".ci/run installs it" in line
