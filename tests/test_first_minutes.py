@@ -337,3 +337,16 @@ def test_the_browser_checks_say_why_they_skip_without_chromium(tmp_path: Path) -
     assert len(skipped) == 3, done.stdout
     for line in skipped:
         assert "need Chromium" in line and "apt-get install -y chromium" in line and ".ci/run installs it" in line
+
+
+def test_kit_check_runs_a_queue_store_with_its_queue_machine(tmp_path: Path) -> None:
+    """`kit check` on a queue store (queue_promises, no capabilities) runs the queue machine, here at the smoke
+    profile; it used to stop with an AttributeError while choosing a workflow machine."""
+    import json
+
+    done = _kit("check", "kit.queue.reference:MemoryQueueBackend", "--profile", "smoke", "-k", "machine", "--json",
+                "--no-report", "--seed", "4", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["machine"] == "queue" and summary["verdict"] == "pass" and summary["totals"]["passed"] == 1
+    assert "queue fault machine, profile smoke" in done.stderr

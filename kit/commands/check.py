@@ -94,8 +94,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
         from kit.machines.model_free import choose_machine
+        from kit.queue import is_queue_backend
 
-        machine = choose_machine(backend, getattr(args, "machine", "auto"))
+        # a queue store (queue_promises) has one machine, the queue machine; it declares no capabilities
+        machine = "queue" if is_queue_backend(backend) else choose_machine(backend, getattr(args, "machine", "auto"))
         console.print(f"seed {args.seed}, {machine} fault machine, profile {args.profile} (repeat with --seed {args.seed})")
         # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
         # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
