@@ -274,6 +274,8 @@ TIMER_FIRES_EARLY = [  # the reference machine's shrunk story for the seeded bug
     {"offset_us": -1, "op": "advance_to", "target": "timer", "which": 0},
     {"limit": 1, "op": "fire_timers", "worker": "w0"},
 ]
+#: what the bug needs: with a 1 ms timer it fires it at once, no clock move needed
+MINIMAL = [step for step in TIMER_FIRES_EARLY if step["op"] != "advance_to"]
 NO_OPS = {  # steps that do nothing at these places: a worker with no claim, a clock move with no deadline ahead
     1: {"offset_us": 0, "op": "advance_to", "target": "timer", "which": 0},
     3: {"decision": {"status": "completed", "output": 1}, "op": "commit", "run": "r0", "worker": "w2"},
@@ -291,7 +293,7 @@ def _with_no_ops() -> list[dict[str, object]]:
 def test_a_saved_bundle_drops_the_steps_that_did_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Shrinking keeps rules whose worker held no claim or whose clock move had no deadline ahead; the saved
     bundle drops them when the shorter story still reproduces, and `kit replay` reproduces it."""
-    from kit.machines.bundle import load_bundle, make_bundle, prune_no_ops, replay, save_bundle
+    from kit.machines.bundle import load_bundle, make_bundle, prune_steps, replay, save_bundle
     from tests.seeded_bugs.registry import timer_fires_early
 
     backend = timer_fires_early()
@@ -301,14 +303,14 @@ def test_a_saved_bundle_drops_the_steps_that_did_nothing(tmp_path: Path, capsys:
         full = replay(noisy, backend)
         assert full.reproduced and [line for line in full.narration
                                     if "no claim held" in line or "no such deadline ahead" in line], full.narration
-        pruned, message = prune_no_ops(noisy, backend)
+        pruned, message = prune_steps(noisy, backend)
     finally:
         backend.close()
-    assert pruned["steps"] == TIMER_FIRES_EARLY
-    assert pruned["pruned"] == {"no_op_steps_removed": 3, "steps_before": 9}
-    assert message is not None and message.startswith("step 5 (w0 fires due timers")
+    assert pruned["steps"] == MINIMAL  # the three no-ops, and the clock move the bug does not need
+    assert pruned["pruned"] == {"steps_removed": 4, "steps_before": 9}
+    assert message is not None and message.startswith("step 4 (w0 fires due timers")
     path = save_bundle(pruned, tmp_path)
-    assert load_bundle(path)["steps"] == TIMER_FIRES_EARLY
+    assert load_bundle(path)["steps"] == MINIMAL
     assert main(["replay", str(path)]) == 1, "the pruned bundle no longer reproduces"
     assert "reproduced the recorded divergence" in capsys.readouterr().out
 
@@ -316,12 +318,12 @@ def test_a_saved_bundle_drops_the_steps_that_did_nothing(tmp_path: Path, capsys:
 def test_a_bundle_that_does_not_reproduce_when_pruned_is_kept_whole() -> None:
     """Pruning never trades the story for a shorter one that shows nothing: on a store where the steps do not
     diverge (or diverge otherwise) the bundle is saved as the machine recorded it."""
-    from kit.machines.bundle import make_bundle, prune_no_ops
+    from kit.machines.bundle import make_bundle, prune_steps
     from kit.reference import MemoryBackend
 
     backend = MemoryBackend()
     noisy = make_bundle("memory", backend, "quick", 1, _with_no_ops(), {"kind": "outcome", "step": 8})
-    assert prune_no_ops(noisy, backend) == (noisy, None)
+    assert prune_steps(noisy, backend) == (noisy, None)
 
 
 def test_the_browser_checks_say_why_they_skip_without_chromium(tmp_path: Path) -> None:
@@ -350,3 +352,30 @@ def test_kit_check_runs_a_queue_store_with_its_queue_machine(tmp_path: Path) -> 
     summary = json.loads(done.stdout)
     assert summary["machine"] == "queue" and summary["verdict"] == "pass" and summary["totals"]["passed"] == 1
     assert "queue fault machine, profile smoke" in done.stderr
+
+
+def test_a_saved_bundle_drops_the_steps_its_failure_does_not_need(tmp_path: Path) -> None:
+    """Steps that did something the failure does not depend on (a refused duplicate start, reads, another
+    run) go too, one at a time, each shorter story replayed; the steps the failure needs all stay."""
+    from kit.machines.bundle import make_bundle, prune_steps
+    from tests.seeded_bugs.registry import timer_fires_early
+
+    extra = [
+        (2, {"op": "start", "run": "r0", "worker": "w1"}),  # refused: RunAlreadyExists
+        (4, {"op": "load", "run": "r0", "worker": "w0"}),  # a read
+        (6, {"op": "start", "run": "r9", "worker": "w1", "input": [1]}),  # another run, after the claim
+        (7, {"op": "list_page", "worker": "w2"}),  # another read
+    ]
+    steps = [dict(s) for s in TIMER_FIRES_EARLY]
+    for at, step in extra:
+        steps.insert(at, step)
+    backend = timer_fires_early()
+    try:
+        noisy = make_bundle("tests.seeded_bugs.registry:timer_fires_early", backend, "quick", 1, steps,
+                            {"kind": "outcome", "step": len(steps) - 1})
+        pruned, message = prune_steps(noisy, backend)
+    finally:
+        backend.close()
+    assert pruned["steps"] == MINIMAL, pruned["steps"]
+    assert pruned["pruned"] == {"steps_removed": 5, "steps_before": 10}
+    assert message is not None and "fires due timers" in message

@@ -51,7 +51,7 @@ class MachineChecks(AreaChecks):
 
 def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any) -> None:
     """Run ``machine`` if this session selected it for ``backend``; save and name a failure's bundle."""
-    from kit.machines.bundle import make_bundle, prune_no_ops, save_bundle
+    from kit.machines.bundle import make_bundle, prune_steps, save_bundle
     from kit.pytest_plugin import machine_mode, machine_settings
 
     profile, seed, seeds_dir, spec = machine_settings(request.config, backend)
@@ -71,7 +71,7 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     if outcome.failure is not None:
         bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"],
                              machine=machine, families=outcome.extra.get("families"))
-        bundle, message = prune_no_ops(bundle, backend)  # the minimal story: no step that did nothing
+        bundle, message = prune_steps(bundle, backend)  # the minimal story: no step it does not need
         path = save_bundle(bundle, seeds_dir)
         url = request.config.getoption("kit_url", None)
         if url:
@@ -79,7 +79,7 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
 
             spec = f"{spec} --url {redact(url)}"
         test = "fault_machine_agrees" if machine == "reference" else "fault_machine_keeps"
-        pruned = f" ({bundle['pruned']['no_op_steps_removed']} that did nothing removed)" if "pruned" in bundle else ""
+        pruned = f" ({bundle['pruned']['steps_removed']} it does not need removed)" if "pruned" in bundle else ""
         pytest.fail(
             f"{message or outcome.failure['message']}\n"
             f"{machine} machine, seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking{pruned}; "

@@ -26,8 +26,19 @@ from kit.machines.interpreter import Divergence, Interpreter
 from kit.machines.model_free import MACHINES, MODEL_FREE, REFERENCE, ModelFreeInterpreter
 from kit.machines.steps import step_problem
 
-__all__ = ["BUNDLE_FORMAT", "NO_OP_OUTCOMES", "ReplayResult", "check_steps", "is_no_op", "load_bundle", "make_bundle",
-           "prune_no_ops", "replay", "save_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "NO_OP_OUTCOMES",
+    "PRUNE_BUDGET_S",
+    "ReplayResult",
+    "check_steps",
+    "is_no_op",
+    "load_bundle",
+    "make_bundle",
+    "prune_steps",
+    "replay",
+    "save_bundle",
+]
 
 BUNDLE_FORMAT = 1
 
@@ -192,31 +203,61 @@ def _apply_all(bundle: dict[str, Any], backend: Backend) -> tuple[list[Any], Div
     return list(interpreter.records), None
 
 
-def prune_no_ops(bundle: dict[str, Any], backend: Backend) -> tuple[dict[str, Any], str | None]:
-    """The bundle without the steps that did nothing (:func:`is_no_op`), when it still reproduces a divergence
-    of the same kind on ``backend``; else the bundle unchanged.
+PRUNE_BUDGET_S = 30.0
+"""How long :func:`prune_steps` may spend replaying shorter stories (each on a fresh database)."""
 
-    Hypothesis shrinks the rules it drew, not what they did: a rule whose worker held no claim stays in the
-    story. Returns the bundle to save and, when it was pruned, the divergence's new message (its step numbers
-    are those of the pruned list); ``pruned`` in the bundle records how many steps went. Queue bundles are
-    shrunk by their own machine and returned as they are.
+
+def _signature(divergence: Divergence) -> tuple[str, str, tuple[str, ...]]:
+    """What makes two divergences the same failure: their kind, the operation that diverged and the
+    invariants named."""
+    return divergence.kind, str(divergence.step.get("op")), tuple(re.findall(r"\(invariant \d+\)", divergence.message))
+
+
+def prune_steps(bundle: dict[str, Any], backend: Backend,
+                budget_s: float = PRUNE_BUDGET_S) -> tuple[dict[str, Any], str | None]:
+    """The bundle without the steps its failure does not need, when the shorter story still reproduces the
+    same divergence on ``backend``; else the bundle unchanged.
+
+    Hypothesis shrinks the rules it drew, not what they did: a rule whose worker held no claim, a clock move
+    with no deadline ahead, a refused duplicate or a read stays in the story. First every step that did
+    nothing (:func:`is_no_op`) goes at once, then each remaining step in turn (last first, within
+    ``budget_s``); every shorter list is replayed on a fresh database and kept only if it diverges the same
+    way (kind, operation, invariant). Returns the bundle to save and, when it was pruned, the divergence's
+    new message (its step numbers are those of the pruned list); ``pruned`` in the bundle records how many
+    steps went. Queue bundles are shrunk by their own machine and returned as they are.
     """
     if bundle.get("kind") == "queue":
         return bundle, None
+    deadline = time.monotonic() + budget_s
+
+    def reproduces(steps: list[dict[str, Any]], want: tuple[str, str, tuple[str, ...]],
+                   ) -> tuple[list[dict[str, Any]], Divergence] | None:
+        _, again = _apply_all({**bundle, "steps": steps}, backend)
+        if again is None or _signature(again) != want:
+            return None
+        return steps[: again.index + 1], again
+
     try:
-        records, divergence = _apply_all(bundle, backend)
-        if divergence is None:
+        records, first = _apply_all(bundle, backend)
+        if first is None or first.kind != bundle.get("divergence", {}).get("kind", first.kind):
             return bundle, None  # not reproduced on a fresh database: keep what the machine saw
-        last = divergence.index
-        kept = [r.step for r in records[: last + 1] if r.index == last or not is_no_op(r.outcome)]
-        if len(kept) == len(bundle["steps"]):
-            return bundle, None
-        pruned = {**bundle, "steps": kept}
-        _, again = _apply_all(pruned, backend)
+        want = _signature(first)
+        best, found = [r.step for r in records[: first.index + 1]], first
+        quiet = [r.step for r in records[: first.index + 1] if r.index == first.index or not is_no_op(r.outcome)]
+        if len(quiet) < len(best):
+            shorter = reproduces(quiet, want)
+            if shorter is not None:
+                best, found = shorter
+        at = len(best) - 2  # never the step that diverges
+        while at >= 0 and time.monotonic() < deadline:
+            shorter = reproduces(best[:at] + best[at + 1:], want)
+            if shorter is not None:
+                best, found = shorter
+            at = min(at - 1, len(best) - 2)
     except Exception:  # noqa: BLE001 - pruning is an improvement; the machine's own bundle is always good
         return bundle, None
-    if again is None or again.kind != bundle.get("divergence", {}).get("kind", divergence.kind):
+    if len(best) == len(bundle["steps"]):
         return bundle, None
-    pruned["divergence"] = again.to_json()
-    pruned["pruned"] = {"no_op_steps_removed": len(bundle["steps"]) - len(kept), "steps_before": len(bundle["steps"])}
-    return pruned, str(again)
+    pruned = {**bundle, "steps": best, "divergence": found.to_json(),
+              "pruned": {"steps_removed": len(bundle["steps"]) - len(best), "steps_before": len(bundle["steps"])}}
+    return pruned, str(found)
