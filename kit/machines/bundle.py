@@ -203,7 +203,7 @@ def _apply_all(bundle: dict[str, Any], backend: Backend) -> tuple[list[Any], Div
     return list(interpreter.records), None
 
 
-PRUNE_BUDGET_S = 30.0
+PRUNE_BUDGET_S = 20.0
 """How long :func:`prune_steps` may spend replaying shorter stories (each on a fresh database)."""
 
 
