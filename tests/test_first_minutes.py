@@ -379,3 +379,29 @@ def test_a_saved_bundle_drops_the_steps_its_failure_does_not_need(tmp_path: Path
     assert pruned["steps"] == MINIMAL, pruned["steps"]
     assert pruned["pruned"] == {"steps_removed": 5, "steps_before": 10}
     assert message is not None and "fires due timers" in message
+
+
+def test_a_taken_state_equals_asdict_and_shares_nothing_mutable() -> None:
+    """kit.inspect's entity conversion (a quarter of the fault machines' time was dataclasses.asdict) gives
+    exactly what asdict gives, and the taken state shares no list, dict or set with the entity."""
+    from dataclasses import asdict
+    from datetime import datetime, timezone
+
+    from kit.contract.entities import DefinitionRef, Run, RunStatus
+    from kit.contract.json_exact import json_equal
+    from kit.contract.json_samples import NUMBER_BOUNDARIES
+    from kit.inspect import as_dict
+
+    at = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    payload = {"numbers": list(NUMBER_BOUNDARIES), "flags": [True, False, None], "nested": [[{"k": "é"}]],
+               "tuple": (1, [2]), "set": {3}}
+    run = Run("r0", "t", DefinitionRef("wf", "1", "d" * 64), RunStatus.BLOCKED, 2, "w1", 3, at, None, False, True,
+              "why", payload, [payload["nested"]], None, "k", at, at)
+    taken, expected = as_dict(run), asdict(run)
+    assert taken == expected and json_equal(taken["input"]["numbers"], expected["input"]["numbers"])
+    assert type(taken["definition"]) is dict and taken["status"] is RunStatus.BLOCKED
+    payload["nested"][0][0]["k"] = "changed"
+    payload["tuple"][1].append(9)
+    payload["set"].add(4)
+    run.output[0].append("more")
+    assert taken == expected, "the taken state changed with the entity"
