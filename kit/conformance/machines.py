@@ -64,14 +64,15 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     from kit.machines.machine import PROFILES
 
     budget = PROFILES[profile]
-    with progress.running(machine, seed, budget.max_examples, budget.steps):
+    with progress.running(machine, seed, budget.max_examples, budget.steps):  # pruning shows as shrinking
         outcome = run(backend, profile, seed)
+        if outcome.failure is not None and not outcome.error:
+            bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"],
+                                 outcome.failure["divergence"], machine=machine, families=outcome.extra.get("families"))
+            bundle, message = prune_steps(bundle, backend)  # the minimal story: no step it does not need
     if outcome.error:
         pytest.fail(f"the {machine} machine itself failed (seed {seed}): {outcome.error}")
     if outcome.failure is not None:
-        bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"],
-                             machine=machine, families=outcome.extra.get("families"))
-        bundle, message = prune_steps(bundle, backend)  # the minimal story: no step it does not need
         path = save_bundle(bundle, seeds_dir)
         url = request.config.getoption("kit_url", None)
         if url:
