@@ -130,6 +130,29 @@ def test_a_failure_found_by_one_shard_fails_the_first_example_of_the_next(exampl
     assert alone.first_failing_example is not None and alone.first_failing_example > 1
 
 
+def test_workers_run_the_explorations_at_once_into_one_report(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--workers 2 runs explorations 0 and 1 in two pytest-xdist workers, each with its own printed seed,
+    and both land in one table and one report (here both replay the failure a first run saved)."""
+    db = str(tmp_path / "example-db")
+    code, _ = _shard("1/2", db, tmp_path)
+    assert code == 1
+    capsys.readouterr()
+    reports = tmp_path / "workers"
+    code = main(["check", SPEC, "--workers", "2", "--seed", str(SEED), "--example-db", db, "--machine", "reference",
+                 "-k", "fault_machine_agrees", "--no-progress", "--report-dir", str(reports),
+                 "--seeds-dir", str(tmp_path / "seeds")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert f"1: seed {derive_seed(SEED, 1)}" in out
+    assert f"--seed {derive_seed(SEED, 1)}" in out  # the reproduce line of exploration 1 names its own seed
+    (folder,) = [p for p in reports.iterdir() if p.name != "example-db"]
+    (run,) = load_report(folder).runs
+    failed = sorted(r["nodeid"].rsplit("[", 1)[-1] for r in run.failed)
+    assert failed == ["exploration0]", "exploration1]"], failed
+    assert all("first failure in example 1 of" in r["details"] for r in run.failed)
+
+
 # -- shards merged by kit report ----------------------------------------------------
 def _verdicts(folder: Path) -> dict[str, str]:
     (run,) = load_report(folder).runs

@@ -64,15 +64,15 @@ def _add_swarm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=count_type(1), default=1,
                         help="fault-machine explorations run at once, one per core through pytest-xdist, each "
                              "with its own seed derived from --seed (printed). The fixed checks stay serial: "
-                             "on SQLite pytest-xdist -n 2 ran them slower than one process (7.4 s against 6.4 s)")
+                             "on SQLite pytest-xdist -n 2 ran them slower than one process (7.1-7.7 s against 6.4 s)")
     parser.add_argument("--shard", metavar="I/N",
                         help="run shard I of N (CI matrices): every Nth fixed check and every Nth exploration; "
                              "N shards with --workers W explore the seeds of one run with --workers W*N; "
                              "merge their report folders with kit report")
     parser.add_argument("--example-db", metavar="DIR|redis://HOST:PORT|none",
                         help="Hypothesis example database of the fault machines: failing examples any run or shard "
-                             "found are replayed first (default: <report-dir>/example-db, or a temporary folder "
-                             "with --no-report; redis://HOST:PORT shares them across CI jobs)")
+                             "found are replayed first (default: KIT_EXAMPLE_DB, else <report-dir>/example-db, or a "
+                             "temporary folder with --no-report; redis://HOST:PORT shares them across CI jobs)")
 
 
 def run(console: Console, args: argparse.Namespace) -> int:
@@ -118,7 +118,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
                 progress.update(task, advance=1, description=getattr(result, "area", "checking"))
 
             with _hypothesis_home():
-                if getattr(args, "workers", 1) > 1:
+                if getattr(args, "workers", 1) > 1 and args.profile != "none":  # no machine to spread
                     from kit.swarm_run import run_swarm
 
                     suite = run_swarm(backend, args.workers, keyword=args.keyword, extra_args=_extra_args(args),
@@ -179,6 +179,8 @@ def _check_swarm_arguments(args: argparse.Namespace) -> None:
         if importlib.util.find_spec("xdist") is None:
             raise ConfigurationError("--workers needs pytest-xdist: pip install pytest-xdist (or drop --workers)")
     if getattr(args, "example_db", None) is None:
+        args.example_db = os.environ.get("KIT_EXAMPLE_DB") or None
+    if args.example_db is None:
         root = Path(tempfile.gettempdir()) if args.no_report else Path(args.report_dir)
         args.example_db = str(root / ("kit-example-db" if args.no_report else "example-db"))
     elif args.example_db != NO_DATABASE:
