@@ -9,6 +9,9 @@ promise that was broken.
 * ``--kit-machine auto|reference|model-free`` picks the fault machine: ``auto``
   compares with the reference engine a store that promises the whole contract,
   and judges any other by the invariants alone.
+* ``--kit-workers W``, ``--kit-shard I/N`` and ``--kit-example-db DIR|redis://HOST:PORT`` spread the
+  fault machines over explorations with derived seeds, split a run over CI jobs, and replay the
+  failures any run found first (:mod:`kit.swarm`); ``--kit-part suite|machines`` runs one part.
 * ``--kit-require`` (or ``KIT_REQUIRE_BACKENDS=postgres,mysql``) turns "backend
   not reachable" from a skip into a failure: what CI uses to prove a suite ran.
 """
