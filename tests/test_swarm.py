@@ -3,7 +3,11 @@ Hypothesis's example databases (a folder, and a real Redis at 127.0.0.1:6379).""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +27,7 @@ BUG = "timer_fires_early"
 SPEC = f"tests.seeded_bugs.registry:{BUG}"
 SEED = 20261129
 """Exploration 0 (the seed itself) kills the bug in its 12th example; exploration 1 only in its 9th."""
+ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("KIT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
@@ -63,6 +68,52 @@ def test_a_bad_or_unreachable_example_db_is_refused_before_any_check(capsys: pyt
     assert main(["check", "memory", "--example-db", "redis://127.0.0.1:1", "--no-report", "--no-progress"]) == 3
     err = capsys.readouterr().err
     assert "--example-db DIR" in err and len(err.strip().splitlines()) == 1
+
+
+RECORD_STEPS = textwrap.dedent("""
+    import importlib, json, sys
+    seed, db = int(sys.argv[1]), sys.argv[2]
+    for name in sys.argv[3:]:  # what the kit check route loads besides the machine
+        importlib.import_module(name)
+    import kit.machines.machine as machine
+    from kit.reference import MemoryBackend
+    from kit.swarm import open_example_db
+
+    steps = []
+    real = machine._Machine.step
+
+    def recording(self, step):
+        steps.append(step)
+        return real(self, step)
+
+    machine._Machine.step = recording
+    database = open_example_db(None if db == "-" else db, "memory/reference/pinned")
+    outcome = machine.run_machine(MemoryBackend(), machine.Profile("pinned", 8, 30), seed, shrink=False,
+                                  example_db=database)
+    print(json.dumps({"error": outcome.error, "steps": steps}, sort_keys=True, default=str))
+""")
+
+
+def _steps(seed: int, db: str, *modules: str) -> list[object]:
+    done = subprocess.run([sys.executable, "-c", RECORD_STEPS, str(seed), db, *modules], check=False,
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONHASHSEED": "random"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] is None, result["error"]
+    steps: list[object] = result["steps"]
+    return steps
+
+
+def test_a_derived_seed_is_one_scenario_whatever_is_loaded_and_with_an_empty_example_db(tmp_path: Path) -> None:
+    """pinned_generation holds for derived seeds: exploration 1 generates the same steps alone (no
+    database, nothing else loaded) as on the kit check route (its modules loaded, an empty example
+    database in use), and other steps than exploration 0."""
+    seed = derive_seed(SEED, 1)
+    alone = _steps(seed, "-")
+    routed = _steps(seed, str(tmp_path / "db"), "kit.cli", "kit.commands.check", "kit.conformance", "kit.swarm_run")
+    assert len(alone) > 30 and alone == routed
+    assert _steps(SEED, "-")[:len(alone)] != alone
 
 
 # -- failures shared through the example database ------------------------------------
