@@ -112,7 +112,11 @@ def _namespace(namespace: str) -> str:
 def check_example_db(spec: str) -> None:
     """Refuse an example database the machines could not use: bad input (ConfigurationError) or a Redis
     that cannot be reached (BackendUnavailable), before any check runs."""
-    if spec == NO_DATABASE or "://" not in spec:
+    if spec == NO_DATABASE:
+        return
+    if "://" not in spec:
+        if Path(spec).exists() and not Path(spec).is_dir():
+            raise ConfigurationError(f"--example-db {spec!r} is a file: give a folder, redis://HOST:PORT or none")
         return
     if not spec.startswith(_REDIS):
         raise ConfigurationError(

@@ -65,6 +65,8 @@ def test_a_bad_shard_is_refused_naming_the_fix(text: str, capsys: pytest.Capture
 def test_a_bad_or_unreachable_example_db_is_refused_before_any_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "memory", "--example-db", "ftp://x", "--no-report", "--no-progress"]) == 2
     assert "redis://HOST:PORT" in capsys.readouterr().err
+    assert main(["check", "memory", "--example-db", __file__, "--no-report", "--no-progress"]) == 2
+    assert "is a file" in capsys.readouterr().err
     assert main(["check", "memory", "--example-db", "redis://127.0.0.1:1", "--no-report", "--no-progress"]) == 3
     err = capsys.readouterr().err
     assert "--example-db DIR" in err and len(err.strip().splitlines()) == 1
