@@ -5,6 +5,7 @@
     nox -s mutants                     # every seeded bug against the whole suite
     nox -s mutants -- --machines-only --seeds 10 sqlite   # the machines' power per seed
     nox -s coverage                    # the checks no fault-machine rule reaches, with the reason
+    nox -s swarm_bench                 # time to kill every seeded bug with 1 and 2 workers; examples/s
     nox -s mssql                       # SQL Server: static T-SQL proof + whole suite (Docker or KIT_MSSQL_URL)
 """
 
@@ -54,6 +55,13 @@ def mutants(session: nox.Session) -> None:
     """Kill table of every seeded bug against the whole suite (a benchmark: figures, not assertions)."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "tests.seeded_bugs", *session.posargs)
+
+
+@nox.session
+def swarm_bench(session: nox.Session) -> None:
+    """Time to kill each seeded bug with 1 and 2 workers, and machine examples per second (figures only)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.seeded_bugs.swarm_bench", *session.posargs)
 
 
 @nox.session

@@ -9,6 +9,9 @@ promise that was broken.
 * ``--kit-machine auto|reference|model-free`` picks the fault machine: ``auto``
   compares with the reference engine a store that promises the whole contract,
   and judges any other by the invariants alone.
+* ``--kit-workers W``, ``--kit-shard I/N`` and ``--kit-example-db DIR|redis://HOST:PORT`` spread the
+  fault machines over explorations with derived seeds, split a run over CI jobs, and replay the
+  failures any run found first (:mod:`kit.swarm`); ``--kit-part suite|machines`` runs one part.
 * ``--kit-require`` (or ``KIT_REQUIRE_BACKENDS=postgres,mysql``) turns "backend
   not reachable" from a skip into a failure: what CI uses to prove a suite ran.
 """
@@ -19,14 +22,29 @@ import inspect
 import os
 import sys
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from kit.contract.errors import BackendUnavailable, ConfigurationError
 from kit.contract.protocol import Backend
 
-__all__ = ["machine_mode", "machine_settings", "required_backends", "session_seed", "skip_module_unless_reachable", "use_backend"]
+if TYPE_CHECKING:
+    from hypothesis.database import ExampleDatabase
+
+    from kit.swarm import Shard
+
+__all__ = [
+    "kit_exploration",
+    "machine_mode",
+    "machine_run",
+    "machine_settings",
+    "required_backends",
+    "session_seed",
+    "skip_module_unless_reachable",
+    "swarm_settings",
+    "use_backend",
+]
 
 _SEED: pytest.StashKey[int] = pytest.StashKey()
 
@@ -45,6 +63,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seed of the fault machines (default: KIT_SEED, else a fresh one, printed)")
     group.addoption("--kit-seeds-dir", default=None,
                     help="where failing scenarios are saved (default scenarios/seeds; KIT_SEEDS_DIR)")
+    group.addoption("--kit-workers", default=None,
+                    help="fault-machine explorations per shard, each with its own seed derived from --kit-seed "
+                         "(default 1; run them in parallel with pytest-xdist's -n)")
+    group.addoption("--kit-shard", default=None,
+                    help="run shard I/N: every Nth fixed check and every Nth exploration of the machines "
+                         "(CI matrices; merge the shards' reports with kit report)")
+    group.addoption("--kit-example-db", default=None,
+                    help="Hypothesis example database of the fault machines: a folder, redis://HOST:PORT, or none "
+                         "(default: KIT_EXAMPLE_DB, else none); failures saved there are replayed first")
+    group.addoption("--kit-part", default="all", choices=("all", "suite", "machines"),
+                    help="only the fixed checks (suite), only the fault-machine explorations (machines), or all")
     group.addoption(
         "--kit-require",
         action="store_true",
@@ -145,6 +174,91 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.register_assert_rewrite("kit.conformance")
 
 
+def swarm_settings(config: pytest.Config) -> tuple[int, Shard]:
+    """(explorations per shard, shard) of this session, from --kit-workers and --kit-shard."""
+    from kit.swarm import parse_shard
+
+    raw = config.getoption("kit_workers", None) or "1"
+    try:
+        workers = int(str(raw), 10)
+        if workers < 1:
+            raise ValueError(raw)
+        shard = parse_shard(config.getoption("kit_shard", None), "--kit-shard")
+    except ValueError:
+        raise pytest.UsageError(f"--kit-workers {raw!r} is not a whole number of at least 1: give e.g. 2") from None
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return workers, shard
+
+
+def machine_run(config: pytest.Config, seed: int, exploration: int, spec: str, machine: str,
+                profile: str) -> tuple[int, ExampleDatabase | None]:
+    """(seed, example database) of exploration ``exploration`` of ``machine``: the seed derived from the
+    session's, and the database (--kit-example-db, else KIT_EXAMPLE_DB) under this backend's namespace."""
+    from kit.seeds import derive_seed
+    from kit.swarm import open_example_db
+
+    spec_db = config.getoption("kit_example_db", None) or os.environ.get("KIT_EXAMPLE_DB") or None
+    try:
+        database = open_example_db(spec_db, f"{spec}/{machine}/{profile}")
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return derive_seed(seed, exploration), database
+
+
+@pytest.fixture
+def kit_exploration() -> int:
+    """The fault-machine exploration a check runs: 0 (the session's seed) unless the session runs several."""
+    return 0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A fault-machine check runs once per exploration of this shard when the run has more than one
+    (workers x shards), each a test of its own (``[exploration<i>]``) that pytest-xdist can send to a core."""
+    if "kit_exploration" not in metafunc.fixturenames:
+        return
+    workers, shard = swarm_settings(metafunc.config)
+    if workers * shard.count > 1:
+        from kit.swarm import exploration_indices
+
+        indices = exploration_indices(workers, shard)
+        metafunc.parametrize("kit_exploration", indices, ids=[f"exploration{i}" for i in indices])
+
+
+def _select_part_and_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the fixed checks of this shard (round-robin over sorted node ids) and the part asked for;
+    order the explorations by index, so pytest-xdist hands each worker its own."""
+    part = config.getoption("kit_part", None) or "all"
+    workers, shard = swarm_settings(config)
+    if part == "all" and shard.whole and workers == 1:
+        return
+
+    def exploration(item: pytest.Item) -> int | None:
+        callspec = getattr(item, "callspec", None)
+        if "kit_exploration" not in getattr(item, "fixturenames", ()):
+            return None
+        return int(callspec.params.get("kit_exploration", 0)) if callspec is not None else 0
+
+    fixed = sorted(item.nodeid for item in items if exploration(item) is None)
+    mine = {nodeid for position, nodeid in enumerate(fixed) if _in_shard(position, shard)}
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        index = exploration(item)
+        wanted = (part != "machines" and item.nodeid in mine) if index is None else part != "suite"
+        (kept if wanted else dropped).append(item)
+    kept.sort(key=lambda item: (exploration(item) is not None, exploration(item) or 0))
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+def _in_shard(position: int, shard: Shard) -> bool:
+    from kit.swarm import shard_of
+
+    return shard_of(position, shard)
+
+
 def machine_mode(config: pytest.Config, backend: Backend) -> str:
     """``reference`` or ``model-free``: the fault machine this session runs against ``backend``."""
     from kit.machines.model_free import choose_machine
@@ -164,9 +278,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tag conformance checks with their id, area and guarantee (kept in reports and JUnit); run the fault
-    machines last, so the quick fixed checks give their verdicts first."""
+    machines last, so the quick fixed checks give their verdicts first; keep only this shard's and part's."""
     from kit.conformance._harness import AreaChecks, check_id
 
     def machines_last(item: pytest.Item) -> bool:
@@ -188,6 +302,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.extra_keyword_matches.add(cid.split(".", 1)[0])  # `-k claims` selects an area
         item.user_properties.append(("kit_check", cid))
         item.user_properties.append(("kit_guarantee", guarantee))
+    _select_part_and_shard(config, items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -9,6 +9,7 @@ positive numbers of seconds; counts are whole numbers with a floor.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import secrets
@@ -19,6 +20,7 @@ from kit.contract.errors import ConfigurationError
 __all__ = [
     "MAX_SEED",
     "count_type",
+    "derive_seed",
     "env_seed",
     "fresh_seed",
     "parse_seed",
@@ -49,6 +51,22 @@ def env_seed() -> int | None:
     if not raw or raw == "random":
         return None
     return parse_seed(raw, "KIT_SEED")
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """The seed of exploration ``index`` of a run whose printed seed is ``seed``.
+
+    Exploration 0 is the printed seed itself (one worker explores exactly what ``--seed`` always
+    explored); every other index gives a distinct, stable seed in 0..MAX_SEED that ``--seed`` accepts
+    back, so each exploration can be repeated alone. The machines pin Hypothesis's generation to the
+    seed (``pinned_generation``), so a derived seed, too, means one scenario whatever modules are loaded.
+    """
+    if index < 0:
+        raise ValueError(f"exploration index {index} is negative")
+    if index == 0:
+        return seed
+    digest = hashlib.sha256(f"kit-exploration:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & MAX_SEED
 
 
 def fresh_seed() -> int:

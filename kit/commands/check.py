@@ -67,6 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON summary on stdout for scripts (the human output goes to stderr; "
                              "schema in kit/commands/check_json.py)")
+    _add_swarm_arguments(parser)
+
+
+def _add_swarm_arguments(parser: argparse.ArgumentParser) -> None:
+    """--workers, --shard and --example-db: more cores, more CI jobs, shared failures (kit.swarm)."""
+    from kit.seeds import count_type
+
+    parser.add_argument("--workers", type=count_type(1), default=1,
+                        help="fault-machine explorations run at once, one per core through pytest-xdist, each "
+                             "with its own seed derived from --seed (printed). The fixed checks stay serial: "
+                             "on SQLite pytest-xdist -n 2 ran them slower than one process (7.1-7.7 s against 6.4 s)")
+    parser.add_argument("--shard", metavar="I/N",
+                        help="run shard I of N (CI matrices): every Nth fixed check and every Nth exploration; "
+                             "N shards with --workers W explore the seeds of one run with --workers W*N; "
+                             "merge their report folders with kit report")
+    parser.add_argument("--example-db", metavar="DIR|redis://HOST:PORT|none",
+                        help="Hypothesis example database of the fault machines: failing examples any run or shard "
+                             "found are replayed first (default: KIT_EXAMPLE_DB, else <report-dir>/example-db, or a "
+                             "temporary folder with --no-report; redis://HOST:PORT shares them across CI jobs)")
 
 
 def run(console: Console, args: argparse.Namespace) -> int:
@@ -82,6 +101,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
         from kit.cli import make_console
 
         console = make_console(stderr=True)
+    _check_swarm_arguments(args)
     if args.seed is None:
         args.seed = env_seed()
     if args.seed is None:
@@ -99,6 +119,7 @@ def run(console: Console, args: argparse.Namespace) -> int:
         # a queue store (queue_promises) has one machine, the queue machine; it declares no capabilities
         machine = "queue" if is_queue_backend(backend) else choose_machine(backend, getattr(args, "machine", "auto"))
         console.print(f"seed {args.seed}, {machine} fault machine, profile {args.profile} (repeat with --seed {args.seed})")
+        _print_swarm(console, args)
         # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
         # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
         bar_console = Console(file=console.file, highlight=False, width=console.width if console.is_terminal else None)
@@ -128,8 +149,14 @@ def run(console: Console, args: argparse.Namespace) -> int:
             from kit.machines import progress as machine_progress
 
             with _hypothesis_home(), machine_progress.watching(machine_moved):
-                suite = run_suite(backend, keyword=args.keyword, extra_args=_extra_args(args),
-                                  on_result=advanced, on_collected=collected)
+                if getattr(args, "workers", 1) > 1 and args.profile != "none":  # no machine to spread
+                    from kit.swarm_run import run_swarm
+
+                    suite = run_swarm(backend, args.workers, keyword=args.keyword, extra_args=_extra_args(args),
+                                      on_result=advanced, on_collected=collected)
+                else:
+                    suite = run_suite(backend, keyword=args.keyword, extra_args=_extra_args(args),
+                                      on_result=advanced, on_collected=collected)
     except BaseException as exc:
         report.abort(exc)
         raise
@@ -180,18 +207,64 @@ def _extra_args(args: argparse.Namespace) -> list[str]:
     extra = ["--kit-seed", str(args.seed), "--kit-profile", args.profile, "--kit-seeds-dir", args.seeds_dir,
              "--kit-backend", args.backend,
              "--kit-machine", getattr(args, "machine", "auto")]
+    extra += _swarm_args(args)
     return extra + (["--kit-url", args.url] if getattr(args, "url", None) else [])  # named (redacted) in replay lines
+
+
+def _check_swarm_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad --shard or --example-db in one line naming the fix; choose the default example database."""
+    from kit.swarm import NO_DATABASE, check_example_db, parse_shard
+
+    args.shard = str(parse_shard(getattr(args, "shard", None)))
+    if getattr(args, "workers", 1) > 1:
+        import importlib.util
+
+        if importlib.util.find_spec("xdist") is None:
+            raise ConfigurationError("--workers needs pytest-xdist: pip install pytest-xdist (or drop --workers)")
+    if getattr(args, "example_db", None) is None:
+        args.example_db = os.environ.get("KIT_EXAMPLE_DB") or None
+    if args.example_db is None:
+        root = Path(tempfile.gettempdir()) if args.no_report else Path(args.report_dir)
+        args.example_db = str(root / ("kit-example-db" if args.no_report else "example-db"))
+    elif args.example_db != NO_DATABASE:
+        check_example_db(args.example_db)
+
+
+def _swarm_args(args: argparse.Namespace) -> list[str]:
+    if not hasattr(args, "workers"):
+        return []
+    return ["--kit-workers", str(args.workers), "--kit-shard", str(args.shard), "--kit-example-db", str(args.example_db)]
+
+
+def _print_swarm(console: Console, args: argparse.Namespace) -> None:
+    """The explorations of this run (each with the seed that repeats it alone) and the example database."""
+    if not hasattr(args, "workers") or args.profile == "none":
+        return
+    from kit.seeds import derive_seed
+    from kit.swarm import exploration_indices, parse_shard
+
+    shard = parse_shard(args.shard)
+    indices = exploration_indices(args.workers, shard)
+    if len(indices) > 1 or not shard.whole:
+        seeds = ", ".join(f"{i}: seed {derive_seed(args.seed, i)}" for i in indices)
+        where = f"shard {shard}, " if not shard.whole else ""
+        console.print(f"{where}explorations {seeds} (repeat one alone with --seed SEED)", soft_wrap=True)
+    console.print(f"example database: {escape(redact(args.example_db))} (failing examples saved there replay first)",
+                  soft_wrap=True)
 
 
 def reproduce_lines(result: object, args: argparse.Namespace, name: str, url: str) -> list[str]:
     """How to repeat a failed check: the saved bundle's replay command and the seed for a fault-machine
     failure (re-running the check explores scenarios only with the same seed), else the check itself."""
+    from kit.swarm import exploration_seed
+
+    seed = exploration_seed(str(getattr(result, "nodeid", "")), args.seed)  # an exploration's own seed
     details = str(getattr(result, "details", "") or "")
     replay = next((line.split("replay: ", 1)[1].strip() for line in details.splitlines()
                    if line.strip().startswith("replay: kit replay ")), None)
-    again = f"kit check {args.backend}{url} --seed {args.seed} --profile {args.profile} -k {name}"
+    again = f"kit check {args.backend}{url} --seed {seed} --profile {args.profile} -k {name}"
     if replay is not None:
-        return [f"reproduce: {replay}", f"seed {args.seed} (explore the same scenarios again: {again})"]
+        return [f"reproduce: {replay}", f"seed {seed} (explore the same scenarios again: {again})"]
     if "fault_machine" in name:
         return [f"reproduce: {again}"]
     return [f"reproduce: kit check {args.backend}{url} -k {name}"]
@@ -229,7 +302,7 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
     url = f" --url '{redact(args.url)}'" if getattr(args, "url", None) else ""
     for r in run.failed:
         name = r.nodeid.rsplit("::", 1)[-1].split("[", 1)[0]
-        console.print(f"[bold red]FAILED[/] {escape(r.check)}")
+        console.print(f"[bold red]FAILED[/] {escape(r.check + _params_of(r.nodeid))}")
         if r.guarantee:
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
         console.print(f"  contract: {escape(section_of(r.check))}", soft_wrap=True)
@@ -240,6 +313,11 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
     verdict = "[bold green]PASS[/]" if run.ok else "[bold red]FAIL[/]"
     not_promised = f", {totals['not promised']} not promised" if totals["not promised"] else ""
     console.print(f"{verdict}: {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped{not_promised}")
+
+
+def _params_of(nodeid: str) -> str:
+    """A check's pytest parameters (``[exploration1]``), or nothing."""
+    return nodeid[nodeid.index("["):] if "[" in nodeid else ""
 
 
 def _column_of(result: CheckResult) -> str:

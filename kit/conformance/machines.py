@@ -32,27 +32,30 @@ class MachineChecks(AreaChecks):
     area = "machines"
 
     @requires(Capability.TEST_CLOCK, *Promise)
-    def test_fault_machine_agrees_with_reference(self, kit_backend: Backend, request: pytest.FixtureRequest) -> None:
+    def test_fault_machine_agrees_with_reference(self, kit_backend: Backend, request: pytest.FixtureRequest,
+                                                 kit_exploration: int) -> None:
         """Under generated crashes, expired leases, stale completions, clock skew, lost acks, duplicates and
         races, every answer and the whole state match the reference engine after every step."""
         from kit.machines.machine import run_machine
 
-        _run(kit_backend, request, "reference", run_machine)
+        _run(kit_backend, request, "reference", run_machine, kit_exploration)
 
-    def test_fault_machine_keeps_the_invariants(self, kit_backend: Backend, request: pytest.FixtureRequest) -> None:
+    def test_fault_machine_keeps_the_invariants(self, kit_backend: Backend, request: pytest.FixtureRequest,
+                                                kit_exploration: int) -> None:
         """Under generated crashes, expired leases, stale completions, clock skew, killed sessions, lost acks and
         duplicate delivery (only of what the store promises), after every step: no stale effect, at most one
         live claim per run and command, duplicates applied once, nothing acknowledged lost, history contiguous
         and append-only, terminal runs unchanged."""
         from kit.machines.model_free_machine import run_model_free
 
-        _run(kit_backend, request, "model-free", run_model_free)
+        _run(kit_backend, request, "model-free", run_model_free, kit_exploration)
 
 
-def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any) -> None:
-    """Run ``machine`` if this session selected it for ``backend``; save and name a failure's bundle."""
+def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any, exploration: int = 0) -> None:
+    """Run exploration ``exploration`` of ``machine`` if this session selected it for ``backend`` (its seed
+    derived from the session's); save and name a failure's bundle."""
     from kit.machines.bundle import make_bundle, prune_steps, save_bundle
-    from kit.pytest_plugin import machine_mode, machine_settings
+    from kit.pytest_plugin import machine_mode, machine_run, machine_settings
 
     profile, seed, seeds_dir, spec = machine_settings(request.config, backend)
     if profile == "none":
@@ -60,12 +63,13 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     chosen = machine_mode(request.config, backend)
     if chosen != machine:
         pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
+    seed, database = machine_run(request.config, seed, exploration, spec, machine, profile)
     from kit.machines import progress
     from kit.machines.machine import PROFILES
 
     budget = PROFILES[profile]
     with progress.running(machine, seed, budget.max_examples, budget.steps):  # pruning shows as shrinking
-        outcome = run(backend, profile, seed)
+        outcome = run(backend, profile, seed, example_db=database)
         if outcome.failure is not None and not outcome.error:
             bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"],
                                  outcome.failure["divergence"], machine=machine, families=outcome.extra.get("families"))
@@ -85,8 +89,19 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
             f"{message or outcome.failure['message']}\n"
             f"{machine} machine, seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking{pruned}; "
             f"saved to {path}\n"
+            f"{_found_in(outcome, exploration, database is not None)}\n"
             f"replay: {replay_command(path, spec)}\n"
             f"explore the same scenarios again: seed {seed} (kit check {spec} --seed {seed} --profile {profile} "
             f"--machine {machine} -k {test}, or pytest --kit-seed {seed} --kit-profile {profile} --kit-machine {machine})",
             pytrace=False,
         )
+
+
+def _found_in(outcome: Any, exploration: int, with_database: bool) -> str:
+    """Where the failure showed: the example (replayed ones count first) and the exploration."""
+    first = getattr(outcome, "first_failing_example", None)
+    where = f"first failure in example {first} of {outcome.examples}" if first else f"{outcome.examples} examples"
+    where += f", exploration {exploration}"
+    if with_database:
+        where += " (failures saved in the example database replay first: --example-db none explores the seed alone)"
+    return where

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -102,13 +103,16 @@ class Profile:
     max_examples: int
     steps: int
 
-    def settings(self, shrink: bool = True) -> settings:
-        phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    def settings(self, shrink: bool = True, database: ExampleDatabase | None = None) -> settings:
+        """The Hypothesis settings of this profile. With an example ``database``, the failing examples it
+        holds are replayed before anything is generated, and every failure found is saved into it."""
+        phases = [Phase.explicit] + ([Phase.reuse] if database is not None else []) + [Phase.generate]
+        phases += [Phase.shrink] if shrink else []
         return settings(
             max_examples=self.max_examples,
             stateful_step_count=self.steps,
             deadline=None,
-            database=None,
+            database=database,
             derandomize=False,  # the seed decides, whatever profile a caller loaded
             print_blob=False,
             phases=phases,
@@ -164,7 +168,7 @@ class _Machine(RuleBasedStateMachine):
             self.interp.apply(step)
         except Divergence as exc:
             type(self).failures.append({"steps": list(self.interp.steps), "divergence": exc.to_json(),
-                                        "message": str(exc)})
+                                        "message": str(exc), "example": type(self).examples[0]})
             raise
 
     def has(self, *caps: Capability) -> bool:
@@ -969,6 +973,8 @@ class MachineOutcome:
     failure: dict[str, Any] | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    first_failing_example: int | None = None
+    """The example (counted from 1, replayed ones first) in which the first failure showed."""
 
     @property
     def ok(self) -> bool:
@@ -1011,8 +1017,10 @@ def pinned_generation() -> Iterator[None]:
             cache.cache.clear()
 
 
-def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True) -> MachineOutcome:
-    """Run the machine against ``backend``; the failure (if any) is the last, shrunk step list."""
+def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True,
+                example_db: ExampleDatabase | None = None) -> MachineOutcome:
+    """Run the machine against ``backend``; the failure (if any) is the last, shrunk step list. With an
+    ``example_db``, the failures saved there are replayed first and new ones are saved."""
     chosen = PROFILES[profile] if isinstance(profile, str) else profile
     machine = make_machine(backend)
     seed(seed_value)(machine)
@@ -1020,7 +1028,7 @@ def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: 
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
         with pinned_generation():
-            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink, database=example_db))
     except Divergence:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
@@ -1031,4 +1039,5 @@ def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: 
             database.drop()
     outcome.examples = machine.examples[0]
     outcome.seconds = time.monotonic() - started
+    outcome.first_failing_example = machine.failures[0].get("example") if machine.failures else None
     return outcome

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from hypothesis import seed
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -147,7 +148,8 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             self.interp.apply(step)
         except Divergence as exc:
             type(self).failures.append({"steps": list(self.interp.steps), "divergence": exc.to_json(),
-                                        "message": str(exc), "machine": MODEL_FREE})
+                                        "message": str(exc), "machine": MODEL_FREE,
+                                        "example": type(self).examples[0]})
             raise
 
     # -- what workers hold and what exists, read from the store ---------------------
@@ -575,7 +577,7 @@ def make_model_free_machine(backend: Backend, families: frozenset[str]) -> type[
 
 
 def run_model_free(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True,
-                   allowed: Iterable[str] | None = None) -> MachineOutcome:
+                   allowed: Iterable[str] | None = None, example_db: ExampleDatabase | None = None) -> MachineOutcome:
     """Run the model-free machine against ``backend`` with the steps its promises allow (and ``allowed``, if
     given, permits); the failure (if any) is the last, shrunk step list. ``extra`` holds the machine's name,
     the step families it used and how often each kind of step ran."""
@@ -587,7 +589,7 @@ def run_model_free(backend: Backend, profile: str | Profile = "quick", seed_valu
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
         with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
-            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink))
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink, database=example_db))
     except Divergence:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
@@ -598,5 +600,6 @@ def run_model_free(backend: Backend, profile: str | Profile = "quick", seed_valu
             database.drop()
     outcome.examples = machine.examples[0]
     outcome.seconds = time.monotonic() - started
+    outcome.first_failing_example = machine.failures[0].get("example") if machine.failures else None
     outcome.extra = {"machine": MODEL_FREE, "families": sorted(families), "kinds": dict(machine.kinds)}
     return outcome

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from hypothesis import seed
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from kit.machines.bundle import ReplayResult
@@ -68,7 +69,7 @@ class _QueueMachine(RuleBasedStateMachine):
             self.driver.apply(step)
         except QueueViolation as exc:
             type(self).failures.append({"steps": list(self.driver.steps), "divergence": exc.to_json(),
-                                        "message": str(exc)})
+                                        "message": str(exc), "example": type(self).examples[0]})
             raise
 
     def _pick(self, data: st.DataObject, crashed: bool | None = None) -> int:
@@ -150,6 +151,8 @@ class QueueMachineOutcome:
     seconds: float
     failure: dict[str, Any] | None = None
     error: str | None = None
+    first_failing_example: int | None = None
+    """The example (counted from 1, replayed ones first) in which the first failure showed."""
 
     @property
     def ok(self) -> bool:
@@ -160,8 +163,9 @@ SHRINK_BUDGET_S = 20.0
 
 
 def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", seed_value: int = 0,
-                      shrink: bool = True) -> QueueMachineOutcome:
-    """Run the queue machine against ``backend``; a failure is the first failing step list, shrunk."""
+                      shrink: bool = True, example_db: ExampleDatabase | None = None) -> QueueMachineOutcome:
+    """Run the queue machine against ``backend``; a failure is the first failing step list, shrunk. With an
+    ``example_db``, the failures saved there are replayed first and new ones are saved."""
     chosen = QUEUE_PROFILES[profile] if isinstance(profile, str) else profile
     machine: type[_QueueMachine] = type("QueueMachine", (_QueueMachine,), {
         "backend": backend, "failures": [], "examples": [0], "pool": []})
@@ -170,7 +174,7 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
     outcome = QueueMachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
         with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
-            run_state_machine_as_test(machine, settings=chosen.settings(shrink=False))
+            run_state_machine_as_test(machine, settings=chosen.settings(shrink=False, database=example_db))
     except QueueViolation:
         outcome.failure = machine.failures[-1]
     except Exception as exc:  # noqa: BLE001 - a crash of the machine itself is reported, not hidden
@@ -183,6 +187,7 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
             database.drop()
     outcome.examples = machine.examples[0]
     outcome.seconds = time.monotonic() - started
+    outcome.first_failing_example = machine.failures[0].get("example") if machine.failures else None
     return outcome
 
 

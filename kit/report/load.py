@@ -125,27 +125,32 @@ def load_report(path: Path | str) -> Report:
 
 
 def merge_reports(reports: Sequence[Report], name: str = "merge") -> Report:
-    """One report holding every run of ``reports``; labels made unique (``sqlite``, ``sqlite (2)``, ...)."""
+    """One report holding every run of ``reports``; the shards of one sharded run (``kit check --shard``)
+    merged into one run (:mod:`kit.report.shards`); labels made unique (``sqlite``, ``sqlite (2)``, ...)."""
+    from kit.report.shards import merge_shards
+
     merged = Report(name=name, kind="merge", runs=[])
     seen_labels: set[str] = set()
     seen_ids: set[str] = set()
     for report in reports:
         merged.sources.extend(report.sources)
         merged.notes.extend(f"{', '.join(report.sources) or report.name}: {note}" for note in report.notes)
-        for run in report.runs:
-            copy = RunRecord(id=run.id, meta=dict(run.meta), results=list(run.results), series=list(run.series),
-                             events=list(run.events), end=run.end, source=run.source)
-            label, n = copy.label, 1
-            while label in seen_labels:
-                n += 1
-                label = f"{copy.label} ({n})"
-            copy.meta["label"] = label
-            seen_labels.add(label)
-            run_id, n = copy.id, 1
-            while run_id in seen_ids:
-                n += 1
-                run_id = f"{copy.id}-{n}"
-            copy.id = run_id
-            seen_ids.add(run_id)
-            merged.runs.append(copy)
+    runs, notes = merge_shards([run for report in reports for run in report.runs])
+    merged.notes.extend(notes)
+    for run in runs:
+        copy = RunRecord(id=run.id, meta=dict(run.meta), results=list(run.results), series=list(run.series),
+                         events=list(run.events), end=run.end, source=run.source)
+        label, n = copy.label, 1
+        while label in seen_labels:
+            n += 1
+            label = f"{copy.label} ({n})"
+        copy.meta["label"] = label
+        seen_labels.add(label)
+        run_id, n = copy.id, 1
+        while run_id in seen_ids:
+            n += 1
+            run_id = f"{copy.id}-{n}"
+        copy.id = run_id
+        seen_ids.add(run_id)
+        merged.runs.append(copy)
     return merged

@@ -169,5 +169,8 @@ def reproduce_command(
         parts += ["--url", shlex.quote(redact(url))]
     parts += ["-k", shlex.quote(test_name(str(result.get("nodeid", ""))) or str(result.get("check", "")))]
     if result.get("area") == "machines" and seed is not None:
+        from kit.swarm import exploration_seed
+
+        seed = exploration_seed(str(result.get("nodeid", "")), int(seed))  # the exploration's own seed
         parts += ["--seed", str(seed)] + (["--profile", profile] if profile else [])
     return " ".join(parts)

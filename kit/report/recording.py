@@ -35,7 +35,20 @@ def check_command(args: argparse.Namespace) -> str:
         parts += ["--seed", str(args.seed)]
     if getattr(args, "profile", None):
         parts += ["--profile", str(args.profile)]
+    if getattr(args, "workers", 1) > 1:
+        parts += ["--workers", str(args.workers)]
+    if getattr(args, "shard", None) not in (None, "1/1"):
+        parts += ["--shard", str(args.shard)]
     return " ".join(parts)
+
+
+def _swarm_meta(args: argparse.Namespace) -> dict[str, object]:
+    """The shard and workers of a run, so ``kit report`` can merge a CI matrix's shards into one run."""
+    if not hasattr(args, "workers"):
+        return {}
+    example_db = getattr(args, "example_db", None)
+    return {"shard": str(getattr(args, "shard", None) or "1/1"), "workers": int(args.workers),
+            "example_db": redact(str(example_db)) if example_db else None}
 
 
 def _open(args: argparse.Namespace) -> ReportWriter:
@@ -54,6 +67,7 @@ def _start(writer: ReportWriter, args: argparse.Namespace, backend: object | Non
         backend=str(getattr(backend, "name", None) or args.backend), spec=str(args.backend), label=str(args.backend),
         tool="check", backend_obj=backend, url=redact(url) if url else None, seed=getattr(args, "seed", None),
         profile=getattr(args, "profile", None), keyword=getattr(args, "keyword", None), command=check_command(args),
+        extra=_swarm_meta(args),
     )
 
 

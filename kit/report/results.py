@@ -70,6 +70,13 @@ class ResultCollector:
         if self.on_collected is not None:
             self.on_collected(len(session.items))
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        """Under pytest-xdist the controller collects nothing itself: the first worker's count stands in."""
+        if self.on_collected is not None and not getattr(self, "_xdist_counted", False):
+            self._xdist_counted = True
+            self.on_collected(len(ids))
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collection_errors.append(f"{report.nodeid}: {report.longreprtext[:2000]}")

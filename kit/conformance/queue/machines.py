@@ -14,22 +14,23 @@ class QueueMachineChecks(QueueAreaChecks):
     area = "queue_machines"
 
     def test_queue_fault_machine_keeps_invariants(self, kit_backend: QueueBackend,
-                                                  request: pytest.FixtureRequest) -> None:
+                                                  request: pytest.FixtureRequest, kit_exploration: int) -> None:
         """Under generated crashes, duplicate deliveries, stale completions, lost acknowledgements and
         recoveries, the store's observable state keeps every promised invariant after every step."""
         from kit.machines.bundle import make_bundle, save_bundle
         from kit.machines.queue_machine import run_queue_machine
-        from kit.pytest_plugin import machine_settings
+        from kit.pytest_plugin import machine_run, machine_settings
 
         profile, seed, seeds_dir, spec = machine_settings(request.config, kit_backend)  # type: ignore[arg-type]
         if profile == "none":
             pytest.skip("unsupported: the fault machines were switched off (--kit-profile none)")
+        seed, database = machine_run(request.config, seed, kit_exploration, spec, "queue", profile)
         from kit.machines import progress
         from kit.machines.queue_machine import QUEUE_PROFILES
 
         budget = QUEUE_PROFILES[profile]
         with progress.running("queue", seed, budget.max_examples, budget.steps):
-            outcome = run_queue_machine(kit_backend, profile, seed)
+            outcome = run_queue_machine(kit_backend, profile, seed, example_db=database)
         if outcome.error:
             pytest.fail(f"the queue machine itself failed (seed {seed}): {outcome.error}")
         if outcome.failure is not None:
@@ -40,6 +41,8 @@ class QueueMachineChecks(QueueAreaChecks):
             pytest.fail(
                 f"{outcome.failure['message']}\n"
                 f"seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking; saved to {path}\n"
+                f"first failure in example {outcome.first_failing_example} of {outcome.examples}, "
+                f"exploration {kit_exploration}\n"
                 f"replay: kit replay {path} --backend {spec}",
                 pytrace=False,
             )
