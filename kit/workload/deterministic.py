@@ -37,6 +37,11 @@ from kit.workload.virtual import ClockTicker, Virtual, block_probe
 
 __all__ = ["DeterministicRun"]
 
+EXACT_BLOCK_S = 0.01
+"""The short wait before asking the server whether a statement waits on a lock (the probe is exact)."""
+GUESS_BLOCK_S = 0.05
+"""Without a probe, a statement still running after this long, while another participant holds a
+transaction open, is taken as blocked."""
 FORCE_BOUND = 1000
 """Forced wake-ups in a row (nothing eligible) after which the run is declared stuck."""
 REPORT_EVERY = 500
@@ -49,8 +54,9 @@ class DeterministicRun(_Run):
     def __init__(self, database: Database, backend: Backend, config: StressConfig, report: StressReport,
                  on_progress: Callable[[Progress], None] | None, *, schedule: Sequence[str] | None = None,
                  spec: str = "", url: str | None = None, save_bundle: bool = True) -> None:
-        self.scheduler = Scheduler(config.seed, schedule=schedule, probe=block_probe(backend, database),
-                                   entries=lambda: self.recorder.entries)
+        probe = block_probe(backend, database)
+        self.scheduler = Scheduler(config.seed, schedule=schedule, probe=probe, entries=lambda: self.recorder.entries,
+                                   block_s=EXACT_BLOCK_S if probe is not None else GUESS_BLOCK_S)
         self.virtual = Virtual(self.scheduler)
         super().__init__(database, backend, config, report, on_progress, clock=self.virtual.seconds)
         self.ctx.det = self.virtual

@@ -24,6 +24,7 @@ witness names.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -217,21 +218,31 @@ def shrink(bundle: dict[str, Any], backend: Backend, invariant: int | None = Non
     def out_of_time() -> bool:
         return time.monotonic() - started > budget_s
 
-    # 1. the shortest failing prefix: the witness was complete by some step; search below it
+    # 1. the prefix up to the step that completed the witness (else the shortest failing prefix)
     end = _witness_step(bundle, target) or len(full)
-    lo, hi = 0, len(full)
     verdict = fails(full[:end]) if end < len(full) else None
     if verdict is not None:
-        hi, best, best_verdict = end, full[:end], verdict
-    while lo + 1 < hi and not out_of_time():
-        mid = (lo + hi) // 2
-        verdict = fails(full[:mid])
+        best, best_verdict = full[:end], verdict
+    else:
+        lo, hi = end, len(full)
+        while lo + 1 < hi and not out_of_time():
+            mid = (lo + hi) // 2
+            verdict = fails(full[:mid])
+            if verdict is not None:
+                hi, best, best_verdict = mid, full[:mid], verdict
+            else:
+                lo = mid
+    # 2. participants the witness does not name, dropped whole (most choices first)
+    named = _named_participants(bundle, target)
+    for name in sorted(set(best) - named - {"clock"}, key=lambda n: (-best.count(n), n)):
+        if out_of_time():
+            break
+        candidate = [c for c in best if c != name]
+        verdict = fails(candidate)
         if verdict is not None:
-            hi, best, best_verdict = mid, full[:mid], verdict
-        else:
-            lo = mid
-    # 2. drop chunks of choices, halving the chunk size
-    chunk = max(1, len(best) // 4)
+            best, best_verdict = candidate, verdict
+    # 3. chunks of choices, halving the chunk size
+    chunk = max(1, len(best) // 8)
     while chunk >= 1 and not out_of_time():
         i, changed = 0, False
         while i < len(best) and not out_of_time():
@@ -246,6 +257,30 @@ def shrink(bundle: dict[str, Any], backend: Backend, invariant: int | None = Non
     if best_verdict is None and not out_of_time():
         best_verdict = fails(best)
     return ShrinkResult(target, best, len(full), replays, time.monotonic() - started, best_verdict)
+
+
+_ROLES = {"d": "decider", "w": "worker", "t": "timers", "c": "client"}
+
+
+def _participant_of(process: str) -> str | None:
+    """The participant a history process belongs to (``d0.1~dup`` -> ``decider-0~dup``)."""
+    base, dup, _ = process.partition("~")
+    if base == "client":
+        return "client-0" + ("~dup" if dup else "")
+    match = re.fullmatch(r"([dwt])(\d+)\.\d+", base)
+    if match is None:
+        return None
+    return f"{_ROLES[match.group(1)]}-{match.group(2)}" + ("~dup" if dup else "")
+
+
+def _named_participants(bundle: dict[str, Any], invariant: int) -> set[str]:
+    recorded = next((v for v in bundle.get("violations", ()) if int(v["invariant"]) == invariant), None)
+    names = set()
+    for w in (recorded or {}).get("witness", ()):
+        name = _participant_of(str(w.get("process", "")))
+        if name is not None:
+            names.add(name)
+    return names
 
 
 def _witness_step(bundle: dict[str, Any], invariant: int) -> int | None:
@@ -275,25 +310,44 @@ def narrate(backend: Backend, config: StressConfig, schedule: Sequence[str], spe
 
 
 def _narration(entries: list[dict[str, Any]], steps: Sequence[Any], focus: Sequence[str]) -> list[str]:
-    lines: list[str] = []
+    """One line per turn; with ``focus``, only turns touching those runs, the clock's moves between them
+    folded into one line each."""
     by_index = {int(e["index"]): e for e in entries}
-    turns: list[tuple[str, list[str], int, int]] = []
+    stop = next((int(e["index"]) for e in entries if e.get("process") == "kit" and e.get("f") == "drain"),
+                len(entries))
+    turns: list[tuple[int, str, list[str], int, int]] = []
     for i, step in enumerate(steps):
-        end = steps[i + 1].entries_before if i + 1 < len(steps) else len(entries)
+        end = min(steps[i + 1].entries_before if i + 1 < len(steps) else stop, stop)
         label = _verb(step.label)
-        if turns and turns[-1][0] == step.name:
-            name, labels, start, _ = turns[-1]
-            turns[-1] = (name, labels + [label], start, end)
+        if turns and turns[-1][1] == step.name:
+            first, name, labels, start, _ = turns[-1]
+            turns[-1] = (first, name, labels + [label], start, end)
         else:
-            turns.append((step.name, [label], step.entries_before, end))
-    for n, (name, labels, start, end) in enumerate(turns, 1):
+            turns.append((i + 1, step.name, [label], step.entries_before, end))
+    lines: list[str] = []
+    clock_us, pending_clock, ticks, delivered = None, 0, 0, []
+    for first, name, labels, start, end in turns:
         made = [by_index[i] for i in range(start, end) if i in by_index]
-        ops = [e for e in made if e.get("type") in ("invoke", "ok", "fail", "info") and e.get("f") not in ("phase",)]
-        if focus and name != "clock" and not any(e.get("run") in focus for e in ops):
+        for e in made:
+            if e.get("process") == "nemesis":
+                delivered.append(f"{e.get('f')} -> {e.get('value', {}).get('process', '?')}")
+        ops = [e for e in made if e.get("type") in ("invoke", "ok", "fail", "info") and e.get("process") not in
+               ("kit", "nemesis") and e.get("f") not in ("stop", "start")]
+        if name == "clock" and focus:
+            for e in ops:
+                if e.get("f") == "now" and e.get("type") == "ok":
+                    clock_us = clock_us if clock_us is not None else int(e.get("store_us") or e["value"])
+                    pending_clock, ticks = int(e["value"]), ticks + 1
             continue
+        if focus and not any(e.get("run") in focus for e in ops):
+            continue
+        if ticks and clock_us is not None:
+            faults = f"; nemesis: {', '.join(delivered)}" if delivered else ""
+            lines.append(f"      clock       store clock +{(pending_clock - clock_us) / 1000:.0f} ms "
+                         f"({ticks} ticks){faults}")
+            clock_us, ticks, delivered = pending_clock, 0, []
         what = _describe(ops, name)
-        statements = _squash(labels)
-        lines.append(f"{n:4d}. {name:<11} {statements}{' -> ' + what if what else ''}")
+        lines.append(f"{first:5d}. {name:<11} {_squash(labels)}{' -> ' + what if what else ''}")
     return lines
 
 
