@@ -43,12 +43,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.connections import COMMIT_POINT, COMMITTED_POINT
+from kit.connections import COMMITTED_POINT
 
 __all__ = ["BlockProbe", "Halted", "Participant", "Scheduler", "Stalled", "StepRecord"]
 
-BlockProbe = Callable[["Participant"], "bool | None"]
-"""Whether a participant's statement waits on a database lock (``None``: cannot tell)."""
+BlockProbe = Callable[["Participant", Any], "bool | None"]
+"""Whether a participant's statement (running on the given hooked cursor) waits on a database lock
+(``None``: cannot tell)."""
 
 RUNNING, PARKED, BLOCKED, DONE = "running", "parked", "blocked", "done"
 _BEGIN = re.compile(r"^\s*(BEGIN|START\s+TRANSACTION)\b", re.IGNORECASE)
@@ -83,6 +84,8 @@ class Participant:
     granted: bool = False
     halted: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    wake: threading.Event = field(default_factory=threading.Event)
+    """Set to let the participant go (granted or halted): only its own thread waits on it."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,10 @@ class Scheduler:
             if part.halted:
                 raise Halted(part.name)
             part.state, part.label, part.ready, part.session, part.granted = PARKED, label, ready, session, False
-            self._cond.notify_all()
-            while not part.granted and not part.halted:
-                self._cond.wait()
+            part.wake.clear()
+            self._cond.notify_all()  # the driver is the only waiter on the condition
+        part.wake.wait()
+        with self._cond:
             part.ready = None
             part.state = RUNNING
             if part.halted:
@@ -176,7 +180,8 @@ class Scheduler:
         part = self.current()
         if part is None:
             return
-        if statement == COMMITTED_POINT:
+        if statement == COMMITTED_POINT:  # the commit returned: its locks are gone (not before: a pause
+            self.transaction_ended()       # at the COMMIT point still holds them)
             return
         if _ROLLBACK.match(statement):
             self.transaction_ended()
@@ -188,9 +193,6 @@ class Scheduler:
         with self._cond:
             if _BEGIN.match(statement):
                 part.in_tx, part.write_lock = True, bool(_WRITE_LOCK.match(statement))
-            elif statement == COMMIT_POINT:
-                part.in_tx = part.write_lock = False
-                self._tx_ended = True
 
     def transaction_ended(self) -> None:
         """The calling participant's transaction is over (rolled back, or its connection closed)."""
@@ -244,14 +246,15 @@ class Scheduler:
 
     def _blocked(self, part: Participant) -> bool:
         """Whether a running participant waits on a lock held by another (called with the lock held)."""
-        if part.ident is None or not _in_statement(part.ident):
+        cursor = _in_statement(part.ident) if part.ident is not None else None
+        if cursor is None:
             return False
         if not any(p.in_tx for p in self._parts.values() if p is not part and p.state != DONE):
             return False
         if self.probe is not None:
             self._cond.release()
             try:
-                verdict = self.probe(part)
+                verdict = self.probe(part, cursor)
             finally:
                 self._cond.acquire()
             if verdict is not None:
@@ -304,7 +307,7 @@ class Scheduler:
             self.steps.append(StepRecord(len(self.steps), name, part.label[:200], self._entries()))
             part.granted = True
             part.state, part.since = RUNNING, time.monotonic()  # running from now: settle() waits for it
-            self._cond.notify_all()
+            part.wake.set()
 
     def force(self, name: str) -> None:
         """Wake a parked participant whose condition does not hold (the deadlock breaker); recorded as a choice.
@@ -331,7 +334,7 @@ class Scheduler:
                 part = ready[0]
                 pending.remove(part)
                 part.halted = True
-                self._cond.notify_all()
+                part.wake.set()
                 deadline = time.monotonic() + timeout
                 while part.state != DONE and time.monotonic() < deadline:
                     self._cond.wait(0.05)
@@ -340,12 +343,12 @@ class Scheduler:
         return stuck
 
 
-def _in_statement(ident: int) -> bool:
-    """Whether thread ``ident`` is inside a hooked cursor's ``execute`` (a database round trip)."""
+def _in_statement(ident: int) -> Any:
+    """The hooked cursor whose ``execute`` thread ``ident`` is inside (a database round trip), else ``None``."""
     frame = sys._current_frames().get(ident)
     while frame is not None:
         code = frame.f_code
-        if code.co_name in ("execute", "executemany") and code.co_filename.endswith(("connections.py",)):
-            return True
+        if code.co_name in ("execute", "executemany") and code.co_filename.endswith("connections.py"):
+            return frame.f_locals.get("self", True)
         frame = frame.f_back
-    return False
+    return None

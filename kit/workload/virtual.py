@@ -142,7 +142,7 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
     """
     name = str(getattr(backend, "name", ""))
     if name == "sqlite":
-        return lambda part: False
+        return lambda part, cursor: False
     server = getattr(database, "backend", None)
     with_admin = getattr(server, "_with_admin", None)
     if with_admin is None:
@@ -155,8 +155,8 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
     else:
         return None
 
-    def probe(part: Participant) -> bool | None:
-        session = getattr(part.session, "session_id", None)
+    def probe(part: Participant, cursor: Any) -> bool | None:
+        session = _session_of(cursor) or getattr(part.session, "session_id", None)
         if session is None:
             return None
 
@@ -171,3 +171,19 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
             return None
 
     return probe
+
+
+def _session_of(cursor: Any) -> int | None:
+    """The server session id behind a hooked cursor (psycopg: backend pid; PyMySQL: thread id)."""
+    connection = getattr(getattr(cursor, "_cursor", None), "connection", None)
+    info = getattr(connection, "info", None)
+    pid = getattr(info, "backend_pid", None)
+    if pid is not None:
+        return int(pid)
+    thread_id = getattr(connection, "thread_id", None)
+    if callable(thread_id):
+        try:
+            return int(thread_id())
+        except Exception:  # noqa: BLE001 - fall back to the store's own session id
+            return None
+    return None
