@@ -10,6 +10,7 @@ a row. Durations are store-clock seconds: a run takes a few wall seconds.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,14 @@ from kit.contract import Backend, BackendUnavailable
 from kit.faults.nemesis import ALL_FAULTS
 from kit.pytest_plugin import required_backends
 from kit.workload import StressConfig, run_stress
-from kit.workload.replay import load_stress_bundle, narrate, replay_bundle, shrink, witness_key
+from kit.workload.replay import (
+    load_stress_bundle,
+    narrate,
+    replay_bundle,
+    shrink,
+    witness_key,
+    witness_participants,
+)
 from kit.workload.scheduler import Scheduler, Stalled
 from tests.seeded_bugs.stress_bugs import STRESS_BUGS, StressBug
 
@@ -127,12 +135,14 @@ def test_shrinking_keeps_the_invariant_and_narrates_the_interleaving(tmp_path: P
         assert shrunk.invariant == target and shrunk.verdict is not None
         assert shrunk.verdict.status is Status.INVALID and shrunk.verdict.invariant == target
         assert len(shrunk.schedule) < len(result.schedule)
-        runs = sorted({str(w["run"]) for w in shrunk.verdict.witness if w.get("run")})
-        lines, replayed = narrate(backend, StressConfig.from_json(bundle["config"]), shrunk.schedule, focus=runs)
+        focus = sorted(witness_participants(shrunk.verdict.witness))
+        lines, replayed = narrate(backend, StressConfig.from_json(bundle["config"]), shrunk.schedule, focus=focus)
     finally:
         backend.close()
     assert any(v.invariant == target and v.status is Status.INVALID for v in replayed.verdicts)
-    assert lines and all(runs[0] in line or "clock" in line for line in lines)
+    assert focus and lines
+    who = [re.match(r"\s*(?:\d+\.)?\s*(\S+)", line) for line in lines]
+    assert all(m is not None and m.group(1) in (*focus, "clock") for m in who), lines
     assert any(" -> " in line and ("OK" in line or "INFO" in line) for line in lines)
 
 

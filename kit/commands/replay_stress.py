@@ -21,7 +21,13 @@ def run_stress_replay(console: Console, args: argparse.Namespace) -> int:
     from kit.backends import resolve
     from kit.contract.errors import ConfigurationError
     from kit.workload.config import StressConfig
-    from kit.workload.replay import load_stress_bundle, narrate, replay_bundle, shrink
+    from kit.workload.replay import (
+        load_stress_bundle,
+        narrate,
+        replay_bundle,
+        shrink,
+        witness_participants,
+    )
 
     if args.times < 1 or args.shrink < 0:
         raise ConfigurationError("--times must be at least 1 and --shrink at least 0 seconds")
@@ -57,10 +63,10 @@ def run_stress_replay(console: Console, args: argparse.Namespace) -> int:
                           f"({shrunk.replays} replays, {shrunk.seconds:.1f} s)")
             if shrunk.verdict is not None:
                 console.print(f"  {escape(shrunk.verdict.explanation)}", soft_wrap=True)
-                runs = sorted({str(w["run"]) for w in shrunk.verdict.witness if w.get("run")})
+                focus = sorted(witness_participants(shrunk.verdict.witness))
                 lines, _ = narrate(backend, config, shrunk.schedule, spec=str(bundle.get("backend") or ""),
-                                   focus=runs)
-                console.print(f"narration (turns touching {', '.join(runs) or 'the witness'}; "
+                                   focus=focus)
+                console.print(f"narration of {', '.join(focus) or 'every participant'} (the clock folded in; "
                               f"step number, participant, statements -> what the history recorded):")
                 if len(lines) > NARRATION_LINES:
                     console.print(f"  ... {len(lines) - NARRATION_LINES} earlier lines")

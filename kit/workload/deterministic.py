@@ -37,7 +37,7 @@ from kit.workload.virtual import ClockTicker, Virtual, block_probe
 
 __all__ = ["DeterministicRun"]
 
-EXACT_BLOCK_S = 0.01
+EXACT_BLOCK_S = 0.004
 """The short wait before asking the server whether a statement waits on a lock (the probe is exact)."""
 GUESS_BLOCK_S = 0.05
 """Without a probe, a statement still running after this long, while another participant holds a

@@ -48,6 +48,7 @@ __all__ = [
     "replay_bundle",
     "shrink",
     "witness_key",
+    "witness_participants",
     "write_bundle",
 ]
 
@@ -273,14 +274,19 @@ def _participant_of(process: str) -> str | None:
     return f"{_ROLES[match.group(1)]}-{match.group(2)}" + ("~dup" if dup else "")
 
 
-def _named_participants(bundle: dict[str, Any], invariant: int) -> set[str]:
-    recorded = next((v for v in bundle.get("violations", ()) if int(v["invariant"]) == invariant), None)
+def witness_participants(witness: Sequence[dict[str, Any]]) -> set[str]:
+    """The scheduler participants whose operations a witness names."""
     names = set()
-    for w in (recorded or {}).get("witness", ()):
+    for w in witness:
         name = _participant_of(str(w.get("process", "")))
         if name is not None:
             names.add(name)
     return names
+
+
+def _named_participants(bundle: dict[str, Any], invariant: int) -> set[str]:
+    recorded = next((v for v in bundle.get("violations", ()) if int(v["invariant"]) == invariant), None)
+    return witness_participants((recorded or {}).get("witness", ()))
 
 
 def _witness_step(bundle: dict[str, Any], invariant: int) -> int | None:
@@ -300,7 +306,8 @@ def narrate(backend: Backend, config: StressConfig, schedule: Sequence[str], spe
             focus: Sequence[str] = ()) -> tuple[list[str], Any]:
     """Replay ``schedule`` and tell it: one line per turn (a participant's consecutive steps).
 
-    ``focus`` (run ids): keep only the turns whose operations name one of them, and the clock's.
+    ``focus`` (participant names, e.g. from :func:`witness_participants`): keep only their turns,
+    the clock's moves between them folded into one line each.
     """
     with _folder(None) as where:
         result = replay_schedule(backend, config, schedule, where, spec=spec)
@@ -310,7 +317,7 @@ def narrate(backend: Backend, config: StressConfig, schedule: Sequence[str], spe
 
 
 def _narration(entries: list[dict[str, Any]], steps: Sequence[Any], focus: Sequence[str]) -> list[str]:
-    """One line per turn; with ``focus``, only turns touching those runs, the clock's moves between them
+    """One line per turn; with ``focus``, only those participants' turns, the clock's moves between them
     folded into one line each."""
     by_index = {int(e["index"]): e for e in entries}
     stop = next((int(e["index"]) for e in entries if e.get("process") == "kit" and e.get("f") == "drain"),
@@ -339,7 +346,7 @@ def _narration(entries: list[dict[str, Any]], steps: Sequence[Any], focus: Seque
                     clock_us = clock_us if clock_us is not None else int(e.get("store_us") or e["value"])
                     pending_clock, ticks = int(e["value"]), ticks + 1
             continue
-        if focus and not any(e.get("run") in focus for e in ops):
+        if focus and name not in focus:
             continue
         if ticks and clock_us is not None:
             faults = f"; nemesis: {', '.join(delivered)}" if delivered else ""

@@ -188,7 +188,7 @@ class Scheduler:
             return
         ready = None
         if _WRITE_LOCK.match(statement):
-            ready = lambda: not any(p.write_lock for p in self._parts.values() if p is not part)  # noqa: E731
+            ready = lambda: not any(p.write_lock for p in self._parts.values() if p is not part)
         self.park(statement, ready, session)
         with self._cond:
             if _BEGIN.match(statement):
