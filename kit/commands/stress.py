@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"workflow runs kept in flight: a new one starts as one ends (default {d.runs})")
     parser.add_argument("--seed", type=seed_type, help="seed of the nemesis and the client (default: a fresh one, printed)")
     parser.add_argument("--duration", type=seconds_type(), default=d.duration_s,
-                        help=f"seconds of faults and new runs (default {d.duration_s:.0f})")
+                        help=f"seconds of faults and new runs (default {d.duration_s:.0f}; deterministic mode: "
+                             "store-clock seconds, as are --drain, --lease and --fault-interval)")
     parser.add_argument("--drain", type=seconds_type(), default=d.drain_s,
                         help=f"bound, in seconds, on draining after the faults stop (default {d.drain_s:.0f})")
     parser.add_argument("--lease", type=seconds_type(), default=d.lease_s,

@@ -325,7 +325,7 @@ def _narration(entries: list[dict[str, Any]], steps: Sequence[Any], focus: Seque
     turns: list[tuple[int, str, list[str], int, int]] = []
     for i, step in enumerate(steps):
         end = min(steps[i + 1].entries_before if i + 1 < len(steps) else stop, stop)
-        label = _verb(step.label)
+        label = _verb(step.label) + (" (blocked on a lock)" if step.blocked else "")
         if turns and turns[-1][1] == step.name:
             first, name, labels, start, _ = turns[-1]
             turns[-1] = (first, name, labels + [label], start, end)
@@ -358,16 +358,24 @@ def _narration(entries: list[dict[str, Any]], steps: Sequence[Any], focus: Seque
     return lines
 
 
+_TABLE = {"SELECT": r"\bFROM\s+(kit_\w+)", "DELETE": r"\bFROM\s+(kit_\w+)", "UPDATE": r"^\s*UPDATE\s+(kit_\w+)",
+          "INSERT": r"\bINTO\s+(kit_\w+)"}
+
+
 def _verb(label: str) -> str:
+    """A statement in a few words: verb, table, lock (``SELECT kit_runs FOR UPDATE``)."""
     words = label.split()
     if not words:
         return "?"
     head = words[0].upper()
-    if head in ("SELECT", "UPDATE", "INSERT", "DELETE"):
-        table = next((w for w in words if w.startswith("kit_")), "")
-        lock = " FOR UPDATE" if "FOR UPDATE" in label.upper() else ""
-        return f"{head} {table}{lock}".strip()
-    return " ".join(words[:2])
+    if head in _TABLE:
+        match = re.search(_TABLE[head], label, re.IGNORECASE)
+        upper = label.upper()
+        lock = " SKIP LOCKED" if "SKIP LOCKED" in upper else " FOR UPDATE" if "FOR UPDATE" in upper else ""
+        return f"{head} {match.group(1) if match else ''}{lock}".replace("  ", " ").strip()
+    if head == "BEGIN" and len(words) > 1 and words[1].upper() == "IMMEDIATE":
+        return "BEGIN IMMEDIATE"
+    return "BEGIN" if head == "BEGIN" else " ".join(words[:2])
 
 
 def _squash(labels: list[str]) -> str:

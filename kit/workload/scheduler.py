@@ -88,7 +88,7 @@ class Participant:
     """Set to let the participant go (granted or halted): only its own thread waits on it."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class StepRecord:
     """One scheduling decision: who moved, from which park, and the history entries it covered."""
 
@@ -97,6 +97,7 @@ class StepRecord:
     label: str
     entries_before: int
     blocked: bool = False
+    """The step's statement waited on another participant's lock."""
 
 
 class Scheduler:
@@ -233,6 +234,9 @@ class Scheduler:
                     if now - part.since >= self.block_s and self._blocked(part):
                         part.state = BLOCKED
                         self.blocks += 1
+                        step = part.meta.get("step")
+                        if step is not None:
+                            self.steps[step].blocked = True
                 if not any(p.state == RUNNING for p in self._parts.values()):
                     return
                 if now - started > self.stall_s:
@@ -304,6 +308,7 @@ class Scheduler:
         with self._cond:
             part = self._parts[name]
             self.choices.append(name)
+            part.meta["step"] = len(self.steps)
             self.steps.append(StepRecord(len(self.steps), name, part.label[:200], self._entries()))
             part.granted = True
             part.state, part.since = RUNNING, time.monotonic()  # running from now: settle() waits for it
