@@ -176,6 +176,7 @@ def test_every_report_names_the_mode(mode: str, tmp_path: Path) -> None:
     results = json.loads((result.folder / "results.json").read_text())
     assert f'"mode": "{mode}"' in json.dumps(results)
     assert f"({mode} mode)" in (result.folder / "summary.md").read_text()
+    assert f"({mode} mode)" in (result.folder / "index.html").read_text()
     config = json.loads(result.history.read_text().splitlines()[0])
     assert config["f"] == "config" and config["value"]["config"]["mode"] == mode
 
