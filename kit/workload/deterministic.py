@@ -148,6 +148,10 @@ class DeterministicRun(_Run):
         except Stalled as exc:
             self.ctx.error(f"scheduler: {exc}")
             drain = self._ended("stalled", drain_t0, phase)
+        except BaseException:  # Ctrl-C or a harness bug: end every participant (rolling back what they
+            self.scheduler.halt(timeout=2.0)  # hold) before the database is dropped
+            self._close_probe()
+            raise
         if phase == "faults":
             at_end = self._transactions()
             phase_tx = (at_end[0] - at_start[0], at_end[1] - at_start[1])
@@ -155,6 +159,7 @@ class DeterministicRun(_Run):
         rec.info("kit", "drain", value=drain)
         self._phase("stop")
         stuck = self.scheduler.halt()
+        self._close_probe()
         if stuck:
             self.ctx.error(f"scheduler: {', '.join(stuck)} did not stop within 10 s of being halted")
         if self.scheduler.skipped:
@@ -187,6 +192,11 @@ class DeterministicRun(_Run):
                               clock_us=(virtual.start_us, virtual.now_us), faults_wall_s=phase_wall,
                               steps_log=list(self.scheduler.steps))
         return result
+
+    def _close_probe(self) -> None:
+        close = getattr(self.scheduler.probe, "close", None)
+        if close is not None:
+            close()
 
     # -- phases ----------------------------------------------------------------------------
     def _drain_state(self, drain_t0: float) -> dict[str, Any]:

@@ -17,6 +17,7 @@ is the store clock (never the wall clock); a thread that is not a participant
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from collections.abc import Callable
@@ -139,13 +140,14 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
     """How to ask the server whether a participant's session waits on a lock (``None``: no way to ask).
 
     SQLite never blocks under the scheduler (its write lock is modelled), so its probe always says no.
+    A server probe asks on a connection of its own (close it with ``probe.close()``), so an
+    interrupted probe never breaks the connection the kit drops the database with.
     """
     name = str(getattr(backend, "name", ""))
     if name == "sqlite":
         return lambda part, cursor: False
     server = getattr(database, "backend", None)
-    with_admin = getattr(server, "_with_admin", None)
-    if with_admin is None:
+    if server is None or not hasattr(server, "_connect"):
         return None
     if name == "postgres":
         sql = "SELECT cardinality(pg_blocking_pids(%s::integer))"
@@ -154,23 +156,39 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
                "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'")
     else:
         return None
+    return _ServerProbe(server, sql)
 
-    def probe(part: Participant, cursor: Any) -> bool | None:
+
+class _ServerProbe:
+    """Asks the server about one session's lock waits, on its own autocommit connection."""
+
+    def __init__(self, server: Any, sql: str) -> None:
+        self.server, self.sql = server, sql
+        self._conn: Any = None
+
+    def __call__(self, part: Participant, cursor: Any) -> bool | None:
         session = _session_of(cursor) or getattr(part.session, "session_id", None)
         if session is None:
             return None
-
-        def ask(cur: Any) -> bool:
-            cur.execute(sql, (int(session),))
-            row = cur.fetchone()
-            return bool(row and row[0])
-
         try:
-            return bool(with_admin(ask))
+            if self._conn is None:
+                self._conn = self.server._connect(None)
+            cur = self._conn.cursor()
+            try:
+                cur.execute(self.sql, (int(session),))
+                row = cur.fetchone()
+            finally:
+                cur.close()
+            return bool(row and row[0])
         except Exception:  # noqa: BLE001 - an unanswered probe falls back to the short wait
+            self.close()
             return None
 
-    return probe
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
 
 
 def _session_of(cursor: Any) -> int | None:
