@@ -203,3 +203,12 @@ def test_a_participant_stuck_outside_the_database_stalls_the_scheduler_instead_o
     assert time.monotonic() - started < 5
     release.set()
     thread.join(5)
+
+
+def test_deterministic_mode_refuses_a_store_it_cannot_schedule_naming_the_fix(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kit.cli import main
+
+    assert main(["stress", "--backend", "memory", "--duration", "1", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "--mode free" in captured.err + captured.out

@@ -121,6 +121,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
     backend = resolve(args.backend, args.url)
     command = stress_command(args)
     try:
+        if config.mode == "deterministic":
+            from kit.workload.deterministic import require_schedulable
+
+            require_schedulable(backend)
         console.print(f"kit stress on [bold]{escape(args.backend)}[/] ({escape(backend.describe())})", soft_wrap=True)
         console.print(f"seed [bold]{config.seed}[/] (repeat with: {escape(command)})", soft_wrap=True)
         console.print(f"mode: [bold]{config.mode}[/] - {MODE_NOTES[config.mode]}", soft_wrap=True)

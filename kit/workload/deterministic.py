@@ -35,7 +35,7 @@ from kit.workload.runner import Progress, StressResult, _Run
 from kit.workload.scheduler import Scheduler, Stalled
 from kit.workload.virtual import ClockTicker, Virtual, block_probe
 
-__all__ = ["DeterministicRun"]
+__all__ = ["DeterministicRun", "require_schedulable"]
 
 EXACT_BLOCK_S = 0.004
 """The short wait before asking the server whether a statement waits on a lock (the probe is exact)."""
@@ -46,6 +46,20 @@ FORCE_BOUND = 1000
 """Forced wake-ups in a row (nothing eligible) after which the run is declared stuck."""
 REPORT_EVERY = 500
 """Steps between two report flushes and progress lines."""
+
+
+def require_schedulable(backend: Backend) -> None:
+    """Refuse, naming the fix, a backend the scheduler cannot interleave statement by statement."""
+    from kit.contract import Capability
+    from kit.contract.errors import ConfigurationError
+
+    missing = [c.value for c in (Capability.TEST_CLOCK, Capability.STATEMENT_FAULTS) if c not in backend.capabilities]
+    if missing:
+        raise ConfigurationError(f"deterministic mode needs the {' and '.join(missing)} capabilities (a store clock "
+                                 "the kit advances, statements it can hold): run with --mode free")
+    if str(getattr(backend, "name", "")) == "memory":
+        raise ConfigurationError("deterministic mode cannot schedule the memory engine (it locks in-process, "
+                                 "outside any statement the scheduler sees): run with --mode free")
 
 
 class DeterministicRun(_Run):

@@ -112,6 +112,10 @@ def run_stress(
     invariant saves ``bundle.json`` in its report folder (unless ``save_bundle`` is false).
     """
     config.validate()
+    if config.mode == "deterministic":
+        from kit.workload.deterministic import require_schedulable
+
+        require_schedulable(backend)
     spec = spec or str(getattr(backend, "name", "?"))
     report = StressReport.open(report_root, backend, config, spec, url, command)
     database = backend.provision()

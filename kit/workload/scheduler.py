@@ -245,7 +245,8 @@ class Scheduler:
                                        f"{' holding the write lock' if p.write_lock else ''} at {p.label[:40]!r}"
                                        for p in self._parts.values() if p not in running and p.state != DONE)
                     raise Stalled(f"no progress for {self.stall_s:g} s from {names}: a lock wait that never "
-                                  f"resolves, or a participant stuck outside the database (others: {others})")
+                                  f"resolves, or a participant stuck outside the database, e.g. on an in-process "
+                                  f"lock of the store (then use --mode free) (others: {others})")
                 self._cond.wait(self.block_s / 3)
 
     def _blocked(self, part: Participant) -> bool:
@@ -349,11 +350,14 @@ class Scheduler:
 
 
 def _in_statement(ident: int) -> Any:
-    """The hooked cursor whose ``execute`` thread ``ident`` is inside (a database round trip), else ``None``."""
+    """The hooked cursor whose ``execute`` thread ``ident`` is inside (a database round trip), ``True`` inside
+    a wire store's call (another process's round trip), else ``None``."""
     frame = sys._current_frames().get(ident)
     while frame is not None:
         code = frame.f_code
         if code.co_name in ("execute", "executemany") and code.co_filename.endswith("connections.py"):
             return frame.f_locals.get("self", True)
+        if code.co_name == "call" and code.co_filename.endswith(("wire/client.py", "wire\\client.py")):
+            return True  # a store in another process, between two of its statements' announcements
         frame = frame.f_back
     return None
