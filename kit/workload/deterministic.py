@@ -33,7 +33,7 @@ from kit.workload.config import StressConfig
 from kit.workload.report import StressReport
 from kit.workload.runner import Progress, StressResult, _Run
 from kit.workload.scheduler import Scheduler, Stalled
-from kit.workload.virtual import ClockTicker, Virtual, block_probe
+from kit.workload.virtual import ClockTicker, Virtual, block_probe, session_of
 
 __all__ = ["DeterministicRun", "require_schedulable"]
 
@@ -70,7 +70,8 @@ class DeterministicRun(_Run):
                  spec: str = "", url: str | None = None, save_bundle: bool = True) -> None:
         probe = block_probe(backend, database)
         self.scheduler = Scheduler(config.seed, schedule=schedule, probe=probe, entries=lambda: self.recorder.entries,
-                                   block_s=EXACT_BLOCK_S if probe is not None else GUESS_BLOCK_S)
+                                   block_s=EXACT_BLOCK_S if probe is not None else GUESS_BLOCK_S,
+                                   session_of=session_of)
         self.virtual = Virtual(self.scheduler)
         super().__init__(database, backend, config, report, on_progress, clock=self.virtual.seconds)
         self.ctx.det = self.virtual

@@ -235,7 +235,7 @@ def shrink(bundle: dict[str, Any], backend: Backend, invariant: int | None = Non
                 lo = mid
     # 2. participants the witness does not name, dropped whole (most choices first)
     named = _named_participants(bundle, target)
-    for name in sorted(set(best) - named - {"clock"}, key=lambda n: (-best.count(n), n)):
+    for name in sorted(set(best) - named, key=lambda n: (-best.count(n), n)):
         if out_of_time():
             break
         candidate = [c for c in best if c != name]

@@ -80,6 +80,9 @@ class Participant:
     write_lock: bool = False
     session: Any = None
     """The store whose statement is pending (for block probes)."""
+    cursor: Any = None
+    """The hooked cursor of the statement this step runs (``None``: the step began at a wait, not a
+    statement); found on the participant's own stack, so block probes can name its server session."""
     since: float = 0.0
     granted: bool = False
     halted: bool = False
@@ -105,7 +108,7 @@ class Scheduler:
 
     def __init__(self, seed: int, *, schedule: Sequence[str] | None = None, block_s: float = 0.03,
                  stall_s: float = 20.0, probe: BlockProbe | None = None,
-                 entries: Callable[[], int] = lambda: 0) -> None:
+                 entries: Callable[[], int] = lambda: 0, session_of: Callable[[Any], Any] | None = None) -> None:
         self._cond = threading.Condition()
         self._parts: dict[str, Participant] = {}
         self._threads: dict[int, Participant] = {}
@@ -117,6 +120,8 @@ class Scheduler:
         self.steps: list[StepRecord] = []
         self.block_s, self.stall_s = block_s, stall_s
         self.probe = probe
+        self.session_of = session_of
+        """Reads a statement's server session from its cursor, in the participant's own thread."""
         self._entries = entries
         self._tx_ended = False
         self.halting = False
@@ -155,7 +160,8 @@ class Scheduler:
     def current(self) -> Participant | None:
         return self._threads.get(threading.get_ident())
 
-    def park(self, label: str, ready: Callable[[], bool] | None = None, session: Any = None) -> None:
+    def park(self, label: str, ready: Callable[[], bool] | None = None, session: Any = None,
+             cursor: Any = None) -> None:
         """Wait (the calling participant) until granted; raise :class:`Halted` if the run is over.
 
         A thread that is not a participant passes at once (the driver's own setup calls).
@@ -167,6 +173,7 @@ class Scheduler:
             if part.halted:
                 raise Halted(part.name)
             part.state, part.label, part.ready, part.session, part.granted = PARKED, label, ready, session, False
+            part.cursor = cursor
             part.wake.clear()
             self._cond.notify_all()  # the driver is the only waiter on the condition
         part.wake.wait()
@@ -190,7 +197,10 @@ class Scheduler:
         ready = None
         if _WRITE_LOCK.match(statement):
             ready = lambda: not any(p.write_lock for p in self._parts.values() if p is not part)
-        self.park(statement, ready, session)
+        cursor = _own_cursor()
+        if self.session_of is not None:
+            part.meta["session"] = self.session_of(cursor)
+        self.park(statement, ready, session, cursor)
         with self._cond:
             if _BEGIN.match(statement):
                 part.in_tx, part.write_lock = True, bool(_WRITE_LOCK.match(statement))
@@ -251,8 +261,8 @@ class Scheduler:
 
     def _blocked(self, part: Participant) -> bool:
         """Whether a running participant waits on a lock held by another (called with the lock held)."""
-        cursor = _in_statement(part.ident) if part.ident is not None else None
-        if cursor is None:
+        cursor = part.cursor
+        if cursor is None:  # the step began at a wait: Python code until its next statement
             return False
         if not any(p.in_tx for p in self._parts.values() if p is not part and p.state != DONE):
             return False
@@ -349,15 +359,16 @@ class Scheduler:
         return stuck
 
 
-def _in_statement(ident: int) -> Any:
-    """The hooked cursor whose ``execute`` thread ``ident`` is inside (a database round trip), ``True`` inside
-    a wire store's call (another process's round trip), else ``None``."""
-    frame = sys._current_frames().get(ident)
+def _own_cursor() -> Any:
+    """The hooked cursor whose ``execute`` called the current thread's statement hook (``True`` for a
+    wire store's call, whose statements run in another process). Reads the calling thread's own stack
+    only: another thread's running frames cannot be walked safely."""
+    frame: Any = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name in ("execute", "executemany") and code.co_filename.endswith("connections.py"):
             return frame.f_locals.get("self", True)
         if code.co_name == "call" and code.co_filename.endswith(("wire/client.py", "wire\\client.py")):
-            return True  # a store in another process, between two of its statements' announcements
+            return True
         frame = frame.f_back
-    return None
+    return True

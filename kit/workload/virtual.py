@@ -29,7 +29,7 @@ from kit.contract import Backend, ClockMode, Database, Storage
 from kit.workload.history import INFO, OK, Recorder
 from kit.workload.scheduler import BlockProbe, Halted, Participant, Scheduler
 
-__all__ = ["ClockTicker", "Gate", "Virtual", "block_probe"]
+__all__ = ["ClockTicker", "Gate", "Virtual", "block_probe", "session_of"]
 
 TICK_FRACTION = 0.125
 """A clock step is 0.5-1.5x this fraction of the lease (seeded): eight steps a lease on average."""
@@ -167,7 +167,7 @@ class _ServerProbe:
         self._conn: Any = None
 
     def __call__(self, part: Participant, cursor: Any) -> bool | None:
-        session = _session_of(cursor) or getattr(part.session, "session_id", None)
+        session = part.meta.get("session") or getattr(part.session, "session_id", None)
         if session is None:
             return None
         try:
@@ -191,7 +191,7 @@ class _ServerProbe:
             self._conn = None
 
 
-def _session_of(cursor: Any) -> int | None:
+def session_of(cursor: Any) -> int | None:
     """The server session id behind a hooked cursor (psycopg: backend pid; PyMySQL: thread id)."""
     connection = getattr(getattr(cursor, "_cursor", None), "connection", None)
     info = getattr(connection, "info", None)
