@@ -15,8 +15,12 @@ exactly (``True`` is not ``1``, ``1.0`` is not ``1``).
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import enum
 from collections.abc import Collection
-from dataclasses import asdict
+from dataclasses import fields, is_dataclass
+from decimal import Decimal
 from typing import Any
 
 from kit.contract.capabilities import ALL_PROMISES, Promise
@@ -24,7 +28,7 @@ from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.json_exact import ExactState
 from kit.contract.protocol import Storage, iter_pages
 
-__all__ = ["assemble", "observable_state", "observable_state_from_reads", "run_state"]
+__all__ = ["as_dict", "assemble", "observable_state", "observable_state_from_reads", "run_state"]
 
 
 def assemble(
@@ -32,11 +36,11 @@ def assemble(
 ) -> dict[str, Any]:
     """One run's state from its parts (each list in creation order)."""
     return {
-        "run": asdict(run),
-        "history": [asdict(e) for e in history],
-        "commands": {c.operation_key: _without(asdict(c), "command_id") for c in commands},
-        "signals": {s.dedup_key: _without(asdict(s), "signal_id") for s in signals},
-        "timers": {t.operation_key: _without(asdict(t), "timer_id") for t in timers},
+        "run": as_dict(run),
+        "history": [as_dict(e) for e in history],
+        "commands": {c.operation_key: _without(as_dict(c), "command_id") for c in commands},
+        "signals": {s.dedup_key: _without(as_dict(s), "signal_id") for s in signals},
+        "timers": {t.operation_key: _without(as_dict(t), "timer_id") for t in timers},
         "raw_keys": {
             "commands": [c.operation_key for c in commands],
             "signals": [s.dedup_key for s in signals],
@@ -74,6 +78,35 @@ def observable_state(store: Storage, promises: Collection[Promise] = ALL_PROMISE
     if callable(export):
         return ExactState(export())
     return observable_state_from_reads(store, promises)
+
+
+_IMMUTABLE = (str, int, float, bytes, type(None), dt.datetime, dt.date, dt.time, dt.timedelta, enum.Enum, Decimal)
+
+
+def as_dict(entity: Any) -> dict[str, Any]:
+    """``dataclasses.asdict(entity)``: equal, and as detached (no list, dict or set of the result is shared
+    with the entity, so a store's later writes never show in a state already taken), in a fraction of the time.
+
+    ``asdict`` deep-copies every leaf; values that cannot change (text, numbers, times, enums) are shared here
+    instead, and only an unknown leaf type is deep-copied. The fault machines read the whole state twice per
+    step, and ``asdict`` was a quarter of their time.
+    """
+    return {f.name: _plain(getattr(entity, f.name)) for f in fields(entity)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _IMMUTABLE):
+        return value
+    kind = type(value)
+    if kind is dict:
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    if kind is tuple:
+        return tuple(_plain(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return as_dict(value)
+    return copy.deepcopy(value)  # sets, subclasses of dict, list or tuple, anything else: a detached copy
 
 
 def _without(row: dict[str, Any], key: str) -> dict[str, Any]:

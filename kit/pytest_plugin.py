@@ -35,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kit", "durable-workflow storage kit")
     group.addoption("--kit-backend", default=None, help="backend name or package.module:factory")
     group.addoption("--kit-url", default=None, help="SQLAlchemy URL of the server to test (never printed with its password)")
-    group.addoption("--kit-profile", default=None, choices=("quick", "thorough", "none"),
+    group.addoption("--kit-profile", default=None, choices=("smoke", "quick", "thorough", "none"),
                     help="fault-machine profile (default quick; KIT_PROFILE)")
     group.addoption("--kit-machine", default=None, choices=("auto", "reference", "model-free"),
                     help="fault machine: auto (default; model-free for a store that declares fewer promises), "

@@ -51,7 +51,9 @@ def chromium_binary() -> str | None:
 def chromium() -> str:
     binary = chromium_binary()
     if binary is None:
-        message = "no chromium binary on PATH: install Debian's chromium (apt-get install -y chromium) to test the HTML"
+        message = ("the HTML report's browser checks need Chromium, and no chromium binary is on PATH: install "
+                   "Debian's chromium (apt-get install -y chromium) to run them here; CI's .ci/run installs it and "
+                   "sets KIT_REQUIRE_BROWSER=1, so there they never skip")
         if os.environ.get("KIT_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{message} (required by KIT_REQUIRE_BROWSER=1)", pytrace=False)
         pytest.skip(message)

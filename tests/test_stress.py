@@ -80,8 +80,9 @@ def test_kit_stress_command_prints_the_seed_and_every_verdict(tmp_path: Path, ca
     out = capsys.readouterr().out
     assert code == 0, out
     assert "seed 11 (repeat with: kit stress --backend sqlite --seed 11" in out
-    for name in ("history append only", "single live claim", "quiescent outcome", "tenant isolation"):
-        assert f"{name}: valid" in out
+    for number, name in ((1, "history append only"), (4, "single live claim"), (9, "quiescent outcome"),
+                         (10, "tenant isolation")):
+        assert f"{name} (CONTRACT.md 6.{number}): valid" in out  # each verdict cites its invariant's section
     assert "PASS: every invariant held" in out
     [folder] = list(tmp_path.iterdir())
     assert folder.name.endswith("-sqlite-stress")

@@ -13,15 +13,24 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from kit import __version__
 from kit.contract.capabilities import SkipKind
 from kit.contract.errors import ConfigurationError
+from kit.contract.sections import section_of
 from kit.discovery import redact
 
 if TYPE_CHECKING:
+    from kit.machines.progress import MachineProgress
     from kit.report.results import CheckResult
 
 EXIT_INTERRUPTED = 130
@@ -41,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="SQLAlchemy URL of the server (else KIT_<BACKEND>_URL, else discovery)")
     parser.add_argument("-k", dest="keyword", help="only checks whose name (or area) matches this pytest -k expression")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (CI logs)")
-    parser.add_argument("--profile", choices=("quick", "thorough", "none"), default="quick",
-                        help="fault-machine profile: quick (CI, default), thorough (nightly), none")
+    parser.add_argument("--profile", choices=("smoke", "quick", "thorough", "none"), default="quick",
+                        help="fault-machine profile: smoke (seconds), quick (CI, default), thorough (nightly), "
+                             "none (fixed checks only)")
     parser.add_argument("--machine", choices=("auto", "reference", "model-free"), default="auto",
                         help="fault machine: auto (default: reference for a store that promises the whole contract, "
                              "else model-free), reference (every step compared with the reference engine), "
@@ -54,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the run's report folder <timestamp>-<backend>/ is written "
                              "(default: KIT_REPORT_DIR, else reports)")
     parser.add_argument("--no-report", action="store_true", help="write no report folder")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON summary on stdout for scripts (the human output goes to stderr; "
+                             "schema in kit/commands/check_json.py)")
 
 
 def run(console: Console, args: argparse.Namespace) -> int:
@@ -64,6 +77,11 @@ def run(console: Console, args: argparse.Namespace) -> int:
 
     if args.keyword:
         check_keyword(args.keyword)
+    stdout = console.file
+    if getattr(args, "json", False):  # stdout carries the JSON object alone
+        from kit.cli import make_console
+
+        console = make_console(stderr=True)
     if args.seed is None:
         args.seed = env_seed()
     if args.seed is None:
@@ -76,8 +94,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
         report.start(backend)
         console.print(f"kit {__version__}: conformance check of [bold]{escape(args.backend)}[/] ({escape(backend.describe())})")
         from kit.machines.model_free import choose_machine
+        from kit.queue import is_queue_backend
 
-        machine = choose_machine(backend, getattr(args, "machine", "auto"))
+        # a queue store (queue_promises) has one machine, the queue machine; it declares no capabilities
+        machine = "queue" if is_queue_backend(backend) else choose_machine(backend, getattr(args, "machine", "auto"))
         console.print(f"seed {args.seed}, {machine} fault machine, profile {args.profile} (repeat with --seed {args.seed})")
         # The bar's console holds today's stdout: pytest swaps sys.stdout while each check runs, and a
         # console following sys.stdout would draw into pytest's capture (a bar frozen at 0/?).
@@ -96,7 +116,18 @@ def run(console: Console, args: argparse.Namespace) -> int:
                 report.add(result)
                 progress.update(task, advance=1, description=getattr(result, "area", "checking"))
 
-            with _hypothesis_home():
+            machine_task: list[TaskID] = []
+
+            def machine_moved(state: MachineProgress) -> None:
+                """The running machine's own line: examples done of the budget, the step, the seed."""
+                if not machine_task:
+                    machine_task.append(progress.add_task("", total=state.budget))
+                progress.update(machine_task[0], completed=min(state.examples, state.budget),
+                                description=escape(state.line()))
+
+            from kit.machines import progress as machine_progress
+
+            with _hypothesis_home(), machine_progress.watching(machine_moved):
                 suite = run_suite(backend, keyword=args.keyword, extra_args=_extra_args(args),
                                   on_result=advanced, on_collected=collected)
     except BaseException as exc:
@@ -105,9 +136,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
     finally:
         backend.close()
     if suite.interrupted:
-        report.finish(suite)  # marked incomplete: pytest stopped the session early
+        folder = report.finish(suite)  # marked incomplete: pytest stopped the session early
         console.print(f"[bold yellow]interrupted[/]: stopped after {len(suite.results)} checks; no verdict "
                       f"(repeat with --seed {args.seed})")
+        _json(stdout, suite, args, machine, folder, "interrupted", EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     if not suite.results and not suite.collection_errors:
         report.abort(ConfigurationError("no check matched"))
@@ -116,8 +148,19 @@ def run(console: Console, args: argparse.Namespace) -> int:
             "check's name" if args.keyword else "no check was collected: reinstall the kit"
         )
     print_summary(console, suite, args)
-    report.finish(suite)
-    return 0 if suite.ok else 1
+    folder = report.finish(suite)
+    code = 0 if suite.ok else 1
+    _json(stdout, suite, args, machine, folder, "pass" if suite.ok else "fail", code)
+    return code
+
+
+def _json(stdout: object, suite: object, args: argparse.Namespace, machine: str, folder: Path | None,
+          verdict: str, code: int) -> None:
+    """With ``--json``, the run's summary object on stdout (see :mod:`kit.commands.check_json`)."""
+    if getattr(args, "json", False):
+        from kit.commands.check_json import summary, write_summary
+
+        write_summary(stdout, summary(suite, args, machine, folder, verdict, code))
 
 
 @contextmanager
@@ -189,6 +232,7 @@ def print_summary(console: Console, run: object, args: argparse.Namespace) -> No
         console.print(f"[bold red]FAILED[/] {escape(r.check)}")
         if r.guarantee:
             console.print(f"  guarantee: {escape(r.guarantee)}", soft_wrap=True)
+        console.print(f"  contract: {escape(section_of(r.check))}", soft_wrap=True)
         console.print(f"  error: {escape(r.message)}", soft_wrap=True)
         for line in reproduce_lines(r, args, name, url):
             console.print(f"  {escape(line)}", soft_wrap=True)

@@ -18,6 +18,7 @@ from rich.progress import Progress as Bar
 from rich.progress import TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kit.contract.sections import invariant_section
 from kit.discovery import redact
 
 MODES = ("deterministic", "free")
@@ -188,7 +189,8 @@ def print_result(console: Console, result: object, command: str) -> int:
         table.add_row(label, str(kinds.get("ok", 0)), str(kinds.get("fail", 0)), str(kinds.get("info", 0)))
     console.print(table)
     for verdict in result.verdicts:
-        line = f"  {verdict.invariant:>2}. {escape(verdict.name.replace('_', ' '))}: {_MARK[verdict.status.value]}"
+        line = (f"  {verdict.invariant:>2}. {escape(verdict.name.replace('_', ' '))} "
+                f"({invariant_section(verdict.invariant)}): {_MARK[verdict.status.value]}")
         console.print(f"{line} - {escape(verdict.explanation)}", soft_wrap=True)
         if verdict.status is not Status.VALID and verdict.witness:
             refs = [w for w in verdict.witness if "history" in w]

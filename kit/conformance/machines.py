@@ -51,7 +51,7 @@ class MachineChecks(AreaChecks):
 
 def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any) -> None:
     """Run ``machine`` if this session selected it for ``backend``; save and name a failure's bundle."""
-    from kit.machines.bundle import make_bundle, save_bundle
+    from kit.machines.bundle import make_bundle, prune_steps, save_bundle
     from kit.pytest_plugin import machine_mode, machine_settings
 
     profile, seed, seeds_dir, spec = machine_settings(request.config, backend)
@@ -60,12 +60,19 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     chosen = machine_mode(request.config, backend)
     if chosen != machine:
         pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
-    outcome = run(backend, profile, seed)
+    from kit.machines import progress
+    from kit.machines.machine import PROFILES
+
+    budget = PROFILES[profile]
+    with progress.running(machine, seed, budget.max_examples, budget.steps):  # pruning shows as shrinking
+        outcome = run(backend, profile, seed)
+        if outcome.failure is not None and not outcome.error:
+            bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"],
+                                 outcome.failure["divergence"], machine=machine, families=outcome.extra.get("families"))
+            bundle, message = prune_steps(bundle, backend)  # the minimal story: no step it does not need
     if outcome.error:
         pytest.fail(f"the {machine} machine itself failed (seed {seed}): {outcome.error}")
     if outcome.failure is not None:
-        bundle = make_bundle(spec, backend, profile, seed, outcome.failure["steps"], outcome.failure["divergence"],
-                             machine=machine, families=outcome.extra.get("families"))
         path = save_bundle(bundle, seeds_dir)
         url = request.config.getoption("kit_url", None)
         if url:
@@ -73,9 +80,10 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
 
             spec = f"{spec} --url {redact(url)}"
         test = "fault_machine_agrees" if machine == "reference" else "fault_machine_keeps"
+        pruned = f" ({bundle['pruned']['steps_removed']} it does not need removed)" if "pruned" in bundle else ""
         pytest.fail(
-            f"{outcome.failure['message']}\n"
-            f"{machine} machine, seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking; "
+            f"{message or outcome.failure['message']}\n"
+            f"{machine} machine, seed {seed}, profile {profile}, {len(bundle['steps'])} steps after shrinking{pruned}; "
             f"saved to {path}\n"
             f"replay: {replay_command(path, spec)}\n"
             f"explore the same scenarios again: seed {seed} (kit check {spec} --seed {seed} --profile {profile} "

@@ -26,7 +26,19 @@ from kit.machines.interpreter import Divergence, Interpreter
 from kit.machines.model_free import MACHINES, MODEL_FREE, REFERENCE, ModelFreeInterpreter
 from kit.machines.steps import step_problem
 
-__all__ = ["BUNDLE_FORMAT", "ReplayResult", "check_steps", "load_bundle", "make_bundle", "replay", "save_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "NO_OP_OUTCOMES",
+    "PRUNE_BUDGET_S",
+    "ReplayResult",
+    "check_steps",
+    "is_no_op",
+    "load_bundle",
+    "make_bundle",
+    "prune_steps",
+    "replay",
+    "save_bundle",
+]
 
 BUNDLE_FORMAT = 1
 
@@ -140,12 +152,7 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
             narrate(line)
 
     check_steps(bundle["steps"], "the bundle")
-    interpreter: Interpreter | ModelFreeInterpreter
-    if bundle.get("machine", REFERENCE) == MODEL_FREE:
-        families = frozenset(bundle["families"]) if isinstance(bundle.get("families"), list) else None
-        interpreter = ModelFreeInterpreter(backend, narrate=say, families=families)
-    else:
-        interpreter = Interpreter(backend, narrate=say)
+    interpreter = _interpreter(bundle, backend, say)
     try:
         for step in bundle["steps"]:
             interpreter.apply(step)
@@ -162,3 +169,95 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
     finally:
         interpreter.close()
     return result
+
+
+def _interpreter(bundle: dict[str, Any], backend: Backend,
+                 narrate: Callable[[str], None] | None) -> Interpreter | ModelFreeInterpreter:
+    """The interpreter of the machine that recorded ``bundle``, on a fresh database of ``backend``."""
+    if bundle.get("machine", REFERENCE) == MODEL_FREE:
+        families = frozenset(bundle["families"]) if isinstance(bundle.get("families"), list) else None
+        return ModelFreeInterpreter(backend, narrate=narrate, families=families)
+    return Interpreter(backend, narrate=narrate)
+
+
+NO_OP_OUTCOMES = ("no claim held", "no such deadline ahead")
+"""What a step answers when it did nothing: it called no store (the worker held no claim, no deadline was
+ahead to move the clock to)."""
+
+
+def is_no_op(outcome: Any) -> bool:
+    """Whether a step's recorded outcome says it did nothing (also a step skipped for a missing capability)."""
+    return isinstance(outcome, str) and (outcome in NO_OP_OUTCOMES or outcome.startswith("skipped:"))
+
+
+def _apply_all(bundle: dict[str, Any], backend: Backend) -> tuple[list[Any], Divergence | None]:
+    """Apply the bundle's steps on a fresh database: the step records and the divergence (if any)."""
+    interpreter = _interpreter(bundle, backend, None)
+    try:
+        for step in bundle["steps"]:
+            interpreter.apply(step)
+    except Divergence as exc:
+        return list(interpreter.records), exc
+    finally:
+        interpreter.close()
+    return list(interpreter.records), None
+
+
+PRUNE_BUDGET_S = 20.0
+"""How long :func:`prune_steps` may spend replaying shorter stories (each on a fresh database)."""
+
+
+def _signature(divergence: Divergence) -> tuple[str, str, tuple[str, ...]]:
+    """What makes two divergences the same failure: their kind, the operation that diverged and the
+    invariants named."""
+    return divergence.kind, str(divergence.step.get("op")), tuple(re.findall(r"\(invariant \d+\)", divergence.message))
+
+
+def prune_steps(bundle: dict[str, Any], backend: Backend,
+                budget_s: float = PRUNE_BUDGET_S) -> tuple[dict[str, Any], str | None]:
+    """The bundle without the steps its failure does not need, when the shorter story still reproduces the
+    same divergence on ``backend``; else the bundle unchanged.
+
+    Hypothesis shrinks the rules it drew, not what they did: a rule whose worker held no claim, a clock move
+    with no deadline ahead, a refused duplicate or a read stays in the story. First every step that did
+    nothing (:func:`is_no_op`) goes at once, then each remaining step in turn (last first, within
+    ``budget_s``); every shorter list is replayed on a fresh database and kept only if it diverges the same
+    way (kind, operation, invariant). Returns the bundle to save and, when it was pruned, the divergence's
+    new message (its step numbers are those of the pruned list); ``pruned`` in the bundle records how many
+    steps went. Queue bundles are shrunk by their own machine and returned as they are.
+    """
+    if bundle.get("kind") == "queue":
+        return bundle, None
+    deadline = time.monotonic() + budget_s
+
+    def reproduces(steps: list[dict[str, Any]], want: tuple[str, str, tuple[str, ...]],
+                   ) -> tuple[list[dict[str, Any]], Divergence] | None:
+        _, again = _apply_all({**bundle, "steps": steps}, backend)
+        if again is None or _signature(again) != want:
+            return None
+        return steps[: again.index + 1], again
+
+    try:
+        records, first = _apply_all(bundle, backend)
+        if first is None or first.kind != bundle.get("divergence", {}).get("kind", first.kind):
+            return bundle, None  # not reproduced on a fresh database: keep what the machine saw
+        want = _signature(first)
+        best, found = [r.step for r in records[: first.index + 1]], first
+        quiet = [r.step for r in records[: first.index + 1] if r.index == first.index or not is_no_op(r.outcome)]
+        if len(quiet) < len(best):
+            shorter = reproduces(quiet, want)
+            if shorter is not None:
+                best, found = shorter
+        at = len(best) - 2  # never the step that diverges
+        while at >= 0 and time.monotonic() < deadline:
+            shorter = reproduces(best[:at] + best[at + 1:], want)
+            if shorter is not None:
+                best, found = shorter
+            at = min(at - 1, len(best) - 2)
+    except Exception:  # noqa: BLE001 - pruning is an improvement; the machine's own bundle is always good
+        return bundle, None
+    if len(best) == len(bundle["steps"]):
+        return bundle, None
+    pruned = {**bundle, "steps": best, "divergence": found.to_json(),
+              "pruned": {"steps_removed": len(bundle["steps"]) - len(best), "steps_before": len(bundle["steps"])}}
+    return pruned, str(found)

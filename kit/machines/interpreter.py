@@ -40,6 +40,7 @@ from kit.contract.json_exact import json_difference, json_equal
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
 from kit.inspect import observable_state, run_state
+from kit.machines import progress
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
 from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
@@ -82,6 +83,7 @@ class Divergence(AssertionError):
         super().__init__(f"step {index} ({describe(step)}): {message}")
         self.index, self.step, self.kind, self.message = index, step, kind, message
         self.adapter, self.reference = adapter, reference
+        progress.diverged()
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.index, "kind": self.kind, "message": self.message,
@@ -134,6 +136,7 @@ class Interpreter:
         self._acked: set[tuple[str, str, str]] = set()
         self._definitions: set[str] = set()
         self._versions: set[tuple[str, str]] = set()
+        progress.example_started()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -152,6 +155,7 @@ class Interpreter:
         index = len(self.records)
         record = StepRecord(index, step, None)
         self.records.append(record)
+        progress.step_applied()
         handler = getattr(self, f"_do_{step['op']}", None)
         if handler is None:
             raise ValueError(f"unknown step op {step['op']!r}: see kit.machines.steps")

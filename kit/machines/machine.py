@@ -119,6 +119,7 @@ class Profile:
 
 
 PROFILES = {
+    "smoke": Profile("smoke", max_examples=15, steps=20),
     "quick": Profile("quick", max_examples=80, steps=30),
     "thorough": Profile("thorough", max_examples=400, steps=80),
 }

@@ -30,6 +30,7 @@ from kit.contract import (
     StorageError,
 )
 from kit.inspect import observable_state
+from kit.machines import progress
 from kit.machines.interpreter import (
     RACE_TIMEOUT_S,
     Divergence,
@@ -141,6 +142,7 @@ class ModelFreeInterpreter:
         self._world = self._read()
         self._calls: list[Call] = []
         self._found: list[str] = []
+        progress.example_started()
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -159,6 +161,7 @@ class ModelFreeInterpreter:
         index = len(self.records)
         record = StepRecord(index, step, None)
         self.records.append(record)
+        progress.step_applied()
         op = step["op"]
         handler = self._single if op in _SINGLE else getattr(self, f"_do_{op}", None)
         if handler is None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from kit.contract.errors import StorageError
 from kit.contract.outcomes import Outcome
+from kit.machines import progress
 from kit.queue import (
     Job,
     JobClaim,
@@ -56,6 +57,7 @@ class QueueViolation(AssertionError):
         super().__init__(f"step {step}: {message}")
         self.step = step
         self.kind = kind
+        progress.diverged()
         self.detail = message
 
     def to_json(self) -> dict[str, Any]:
@@ -87,6 +89,7 @@ class QueueDriver:
     def __post_init__(self) -> None:
         self.store: QueueStore = self.database.open(MACHINE_POLICY)
         self.promised = self.backend.queue_promises
+        progress.example_started()
 
     def close(self) -> None:
         self.store.close()
@@ -100,6 +103,7 @@ class QueueDriver:
     # -- stepping -----------------------------------------------------------
     def apply(self, step: dict[str, Any]) -> None:
         self.steps.append(step)
+        progress.step_applied()
         index = len(self.steps) - 1
         op = step["op"]
         try:

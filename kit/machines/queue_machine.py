@@ -26,6 +26,7 @@ from kit.queue import QueueBackend, QueueDatabase, QueuePromise
 __all__ = ["QUEUE_PROFILES", "QueueMachineOutcome", "replay_queue", "run_queue_machine"]
 
 QUEUE_PROFILES = {
+    "smoke": Profile("smoke", max_examples=10, steps=15),
     "quick": Profile("quick", max_examples=40, steps=25),
     "thorough": Profile("thorough", max_examples=200, steps=60),
 }

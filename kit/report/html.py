@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
+from kit.contract.sections import section_of
 from kit.report._svg import bar_chart, colour, line_chart, timeline_chart
 from kit.report.matrix import area_matrix, areas, check_rows
 from kit.report.model import NOT_PROMISED, Report, RunRecord, Series, TimelineEvent, not_promised_of
@@ -148,6 +149,7 @@ def _failures(report: Report) -> str:
                 f'<div class="failure"><h3>{_e(run.label)}: {_e(r.get("check"))} '
                 f'<span class="muted">({_e(r.get("outcome"))})</span></h3>'
                 + (f'<div class="guarantee">guarantee: {_e(r.get("guarantee"))}</div>' if r.get("guarantee") else "")
+                + f'<div class="contract">contract: {_e(section_of(str(r.get("check"))))}</div>'
                 + f'<div>error: {_e(r.get("message", ""))}</div>{reproduce}'
                 + (f"<details><summary>details</summary><pre>{_e(details[:20000])}</pre></details>" if details else "")
                 + "</div>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from kit.contract.sections import section_of
 from kit.report.matrix import area_matrix, check_rows
 from kit.report.model import NOT_PROMISED, Report, RunRecord, not_promised_of
 
@@ -83,6 +84,7 @@ def render_summary(report: Report) -> str:
         out += [f"### {_cell(run.label)}: {_cell(str(result.get('check')))}", ""]
         if result.get("guarantee"):
             out.append(f"- guarantee: {_cell(str(result['guarantee']))}")
+        out.append(f"- contract: {_cell(section_of(str(result.get('check'))))}")
         out.append(f"- {result.get('outcome')}: {_cell(str(result.get('message', '')))}")
         if result.get("reproduce"):
             out.append(f"- reproduce: {_code(str(result['reproduce']))}")

@@ -24,7 +24,12 @@ class QueueMachineChecks(QueueAreaChecks):
         profile, seed, seeds_dir, spec = machine_settings(request.config, kit_backend)  # type: ignore[arg-type]
         if profile == "none":
             pytest.skip("unsupported: the fault machines were switched off (--kit-profile none)")
-        outcome = run_queue_machine(kit_backend, profile, seed)
+        from kit.machines import progress
+        from kit.machines.queue_machine import QUEUE_PROFILES
+
+        budget = QUEUE_PROFILES[profile]
+        with progress.running("queue", seed, budget.max_examples, budget.steps):
+            outcome = run_queue_machine(kit_backend, profile, seed)
         if outcome.error:
             pytest.fail(f"the queue machine itself failed (seed {seed}): {outcome.error}")
         if outcome.failure is not None:
