@@ -16,9 +16,11 @@ Guarantees:
   the schedule alone, not on timing.
 * Blocking is detected by a short wait on the granted participant's thread,
   confirmed by a backend probe when one is given (PostgreSQL:
-  ``pg_blocking_pids``); without a probe, a statement still running after the
-  short wait while another participant holds an open transaction counts as
-  blocked. SQLite's single write lock is modelled instead: ``BEGIN IMMEDIATE``
+  ``pg_blocking_pids``, InnoDB's lock waits; the session is read from the
+  statement's cursor on the participant's own stack); without a probe, a step
+  begun at a statement and still running after the short wait, while another
+  participant holds an open transaction, counts as blocked. A transaction's
+  locks count as held until its commit returned (the ``COMMITTED`` point). SQLite's single write lock is modelled instead: ``BEGIN IMMEDIATE``
   is not eligible while another participant holds it, so nothing ever blocks.
 * A blocked participant is looked at again after every step that ends a
   transaction; a wait that never resolves is bounded by ``stall_s`` (then
