@@ -367,6 +367,8 @@ def _verb(label: str) -> str:
     words = label.split()
     if not words:
         return "?"
+    if words[0].islower():  # a wait, not a statement: begin (the thread's start), tick, sleep, pause, join
+        return {"begin": "start"}.get(words[0], words[0])
     head = words[0].upper()
     if head in _TABLE:
         match = re.search(_TABLE[head], label, re.IGNORECASE)
