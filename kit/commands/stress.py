@@ -23,8 +23,8 @@ from kit.discovery import redact
 
 MODES = ("deterministic", "free")
 DEFAULT_MODE = "deterministic"
-"""Deterministic by default: it costs about a third of the free mode's transaction rate on SQLite
-(README, "Stress modes"), and it is the mode whose failures can be replayed, shrunk and explained."""
+"""Deterministic by default: it commits 0.2-0.8x the free mode's transactions per wall second (README,
+"Stress modes": measured figures), and it is the mode whose failures can be replayed, shrunk and explained."""
 
 NAME = "stress"
 HELP = "run real concurrent deciders, workers and timers under a seeded nemesis; check every invariant"
