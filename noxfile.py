@@ -80,7 +80,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def stress_bench(session: nox.Session) -> None:
-    """`kit stress` loop vs a plain driver loop (tx/s ratio), and peak memory of a 10x longer run (figures only)."""
+    """`kit stress` loop (free and deterministic) vs a plain driver loop (tx/s), and peak memory of a 10x longer run (figures only)."""
     session.install("-e", ".[postgres,mysql]")
     session.run("python", "-m", "kit.workload.bench", *session.posargs)
 

@@ -70,14 +70,19 @@ def read_run(store: Storage, run: Any) -> dict[str, Any]:
 
 
 def read_final_state(
-    database: Database, tenants: Iterable[str], definitions: Iterable[tuple[str, str]] = ()
+    database: Database, tenants: Iterable[str], definitions: Iterable[tuple[str, str]] = (),
+    clock: ClockMode = ClockMode.DATABASE,
 ) -> FinalState:
-    """Read everything; a failure leaves what was read and ``error`` saying why the rest is missing."""
+    """Read everything; a failure leaves what was read and ``error`` saying why the rest is missing.
+
+    ``clock`` is the clock the workload ran on (``TEST`` under the deterministic scheduler), so
+    ``now`` is comparable with the stored leases and due times.
+    """
     state = FinalState()
     wanted = list(definitions)
     try:
         for tenant in tenants:
-            store = database.open(tenant, clock=ClockMode.DATABASE)
+            store = database.open(tenant, clock=clock)
             try:
                 state.now = store.now()
                 state.tenants[tenant] = {run.run_id: read_run(store, run) for run in iter_pages(store, page=200)}

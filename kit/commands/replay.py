@@ -1,4 +1,10 @@
-"""``kit replay FILE``: re-run a saved failure step by step, narrated."""
+"""``kit replay FILE``: re-run a saved failure step by step, narrated.
+
+A fault-machine bundle replays its steps; a stress bundle (``bundle.json`` of a
+deterministic ``kit stress`` run) replays its schedule on a fresh database,
+says whether the same invariant is violated with the same witness, then
+shrinks the schedule and narrates the shortest failing interleaving.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bundle", help="a scenario bundle saved by kit (scenarios/seeds/*.json)")
     parser.add_argument("--backend", help="replay on this backend instead of the one that recorded it")
     parser.add_argument("--url", help="SQLAlchemy URL of the server (else KIT_<BACKEND>_URL, else discovery)")
+    parser.add_argument("--times", type=int, default=1, help="stress bundles: replay this many times in a row (default 1)")
+    parser.add_argument("--shrink", type=float, default=60.0, metavar="SECONDS",
+                        help="stress bundles: seconds spent shrinking the schedule, 0 to skip (default 60)")
 
 
 def run(console: Console, args: argparse.Namespace) -> int:
@@ -22,6 +31,10 @@ def run(console: Console, args: argparse.Namespace) -> int:
     from kit.contract.errors import ConfigurationError
     from kit.machines.bundle import load_bundle, replay
 
+    if _is_stress_bundle(args.bundle):
+        from kit.commands.replay_stress import run_stress_replay
+
+        return run_stress_replay(console, args)
     bundle = load_bundle(args.bundle)
     spec = args.backend or bundle.get("backend")
     if not spec:
@@ -53,3 +66,17 @@ def run(console: Console, args: argparse.Namespace) -> int:
     else:
         console.print("[bold green]no divergence[/]: every step agreed with the reference engine")
     return 0
+
+
+def _is_stress_bundle(path: str) -> bool:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            head = handle.read(64)
+            if '"kind":"stress"' not in head.replace(" ", ""):
+                return False
+            handle.seek(0)
+            return bool(json.load(handle).get("kind") == "stress")
+    except (OSError, ValueError):
+        return False

@@ -4,6 +4,12 @@
 * :func:`run_stress` -- provision, run with faults, heal, drain, stop, read the state, check.
 * :class:`Recorder` / :func:`read_entries` -- the JSONL operation history.
 
+Two modes (``StressConfig.mode``): ``free`` (below) and ``deterministic``, where
+the same threads and connections move one statement at a time as a seeded
+scheduler decides, on the store's test clock, so a seed replays the same
+interleaving (:mod:`kit.workload.deterministic`, :mod:`kit.workload.scheduler`,
+:mod:`kit.workload.replay`).
+
 Workers are threads of this process. Every race the contract is about is
 between transactions in the database server: each statement is a network
 round trip (or an SQLite call) during which the driver releases the GIL, so the

@@ -1,6 +1,8 @@
 """Stress benchmarks (figures, not assertions): ``nox -s stress_bench`` or ``python -m kit.workload.bench``.
 
-1. *Transaction rate*: the stress loop (recording every operation, fault
+1. *Transaction rate*: the stress loop in both modes (free-running threads,
+   and the deterministic scheduler: one statement at a time, on the store
+   clock) (recording every operation, fault
    plumbing armed but no faults) against a plain driver loop doing the same
    SQL -- the runtime's own :class:`~kit.runtime.Runtime` threads and a plain
    client keeping as many runs in flight -- on the same backend, in the same
@@ -62,21 +64,27 @@ class _CountingDatabase:
         return getattr(self.inner, name)
 
 
-def stress_rate(backend: Backend, seconds: float, workers: int, runs: int) -> dict[str, float]:
-    """Transactions per second of the stress loop, with every operation recorded and no fault."""
+def stress_rate(backend: Backend, seconds: float, workers: int, runs: int, mode: str = "free") -> dict[str, float]:
+    """Transactions per wall-clock second of the stress loop, every operation recorded, no fault.
+
+    ``mode="deterministic"``: the scheduler's run, whose faults phase lasts ``seconds`` of *store*
+    clock; its rate is divided by the wall time that phase took.
+    """
     import tempfile
 
     from kit.workload.runner import run_stress
 
-    config = StressConfig(seed=1, workers=workers, runs=runs, duration_s=seconds, faults=(), tenants=1)
+    config = StressConfig(seed=1, workers=workers, runs=runs, duration_s=seconds, faults=(), tenants=1, mode=mode)
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as root:
         result = run_stress(backend, config, report_root=root)
     committed, writes = result.phase_transactions
+    wall = result.faults_wall_s if mode == "deterministic" else seconds
+    wall = max(wall, 1e-9)
     ops = sum(sum(v for k, v in kinds.items() if k in ("ok", "fail", "info"))
               for kinds in result.summary["operations"].values())
-    return {"tx_per_s": committed / seconds, "write_tx_per_s": writes / seconds,
-            "runs_ended_per_s": result.phase_runs_ended / seconds,
-            "operations_recorded": ops, "valid": float(result.ok)}
+    return {"tx_per_s": committed / wall, "write_tx_per_s": writes / wall,
+            "runs_ended_per_s": result.phase_runs_ended / wall, "wall_s": wall,
+            "operations_recorded": ops, "valid": float(result.ok), "steps": float(len(result.schedule))}
 
 
 def plain_rate(backend: Backend, seconds: float, workers: int, runs: int) -> dict[str, float]:
@@ -171,12 +179,18 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{args.runs} runs in flight, {args.seconds:g} s each", flush=True)
         plain = plain_rate(backend, args.seconds, args.workers, args.runs)
         stress = stress_rate(backend, args.seconds, args.workers, args.runs)
+        det = stress_rate(backend, args.seconds, args.workers, args.runs, mode="deterministic")
     finally:
         backend.close()
     print(f"  plain driver loop: {plain['tx_per_s']:8.0f} tx/s ({plain['write_tx_per_s']:.0f} writing), "
           f"{plain['runs_ended_per_s']:.1f} runs/s")
     print(f"  stress loop:       {stress['tx_per_s']:8.0f} tx/s ({stress['write_tx_per_s']:.0f} writing), "
           f"{stress['runs_ended_per_s']:.1f} runs/s, {stress['operations_recorded']:.0f} operations recorded")
+    print(f"  stress loop, deterministic: {det['tx_per_s']:8.0f} tx/s ({det['write_tx_per_s']:.0f} writing), "
+          f"{det['runs_ended_per_s']:.1f} runs/s per wall second ({det['steps']:.0f} scheduler steps in "
+          f"{det['wall_s']:.2f} s wall for {args.seconds:g} s of store clock)")
+    print(f"  ratio deterministic/free: {det['tx_per_s'] / max(stress['tx_per_s'], 1e-9):.2f} (all transactions), "
+          f"{det['runs_ended_per_s'] / max(stress['runs_ended_per_s'], 1e-9):.2f} (runs ended)")
     print(f"  ratio stress/plain: {stress['tx_per_s'] / max(plain['tx_per_s'], 1e-9):.2f} (all transactions), "
           f"{stress['write_tx_per_s'] / max(plain['write_tx_per_s'], 1e-9):.2f} (writing transactions), "
           f"{stress['runs_ended_per_s'] / max(plain['runs_ended_per_s'], 1e-9):.2f} (runs ended)", flush=True)

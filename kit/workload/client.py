@@ -142,7 +142,7 @@ class ClientActor(Actor):
             )
             if kind == OK:
                 return True
-            if self.ctx.stopping.wait(RETRY_S):
+            if self.ctx.wait(RETRY_S):
                 break
         self.failed_starts.append(f"{tenant}/{run_id}")
         self.ctx.error(f"client: start_run({run_id!r}) in tenant {tenant} never got a definite answer")

@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.contract import Capabilities, Capability, Database
 from kit.contract.errors import ConfigurationError
@@ -16,7 +16,14 @@ from kit.runtime.module import Registry
 from kit.runtime.scenarios import SCENARIOS
 from kit.workload.history import Recorder
 
-__all__ = ["DEFAULT_SCENARIOS", "Context", "StressConfig"]
+if TYPE_CHECKING:
+    from kit.workload.virtual import Virtual
+
+__all__ = ["DEFAULT_SCENARIOS", "MODES", "Context", "StressConfig"]
+
+MODES: tuple[str, ...] = ("deterministic", "free")
+"""``deterministic``: a seeded scheduler lets one actor move at a time (same seed, same interleaving);
+``free``: real threads race freely (interleavings the scheduler's statement granularity cannot reach)."""
 
 DEFAULT_SCENARIOS: tuple[str, ...] = ("order", "approval", "sleep", "saga", "cancel")
 """Every scenario but ``loop`` (150 decisions in a row) and ``runaway`` (burns fuel): short runs, many of them."""
@@ -49,6 +56,10 @@ class StressConfig:
     """How often the store clock is sampled into the history."""
     replay_limit: int = 200
     """At most this many runs have their history replayed by the invariant-9 checker."""
+    mode: str = "free"
+    """``deterministic`` or ``free`` (see :data:`MODES`); the command line's default is deterministic."""
+    max_steps: int = 400_000
+    """Deterministic mode: a bound on scheduling decisions (a safety net; the phases end the run first)."""
 
     def validate(self) -> StressConfig:
         if self.workers < 1 or self.runs < 1 or self.tenants < 1 or self.timer_loops < 1:
@@ -58,6 +69,8 @@ class StressConfig:
             raise ConfigurationError(
                 "--duration, --drain, --lease and --fault-interval must be finite positive numbers of seconds"
             )
+        if self.mode not in MODES:
+            raise ConfigurationError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
         if unknown or not self.scenarios:
             raise ConfigurationError(
@@ -77,8 +90,18 @@ class StressConfig:
             "seed": self.seed, "workers": self.workers, "runs": self.runs, "duration_s": self.duration_s,
             "drain_s": self.drain_s, "lease_s": self.lease_s, "faults": [f.value for f in self.faults],
             "fault_interval_s": self.fault_interval_s, "tenants": self.tenants, "timer_loops": self.timer_loops,
-            "scenarios": list(self.scenarios),
+            "scenarios": list(self.scenarios), "mode": self.mode,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StressConfig:
+        """The config :meth:`to_json` wrote (a replay bundle's settings)."""
+        return cls(seed=int(data["seed"]), workers=int(data["workers"]), runs=int(data["runs"]),
+                   duration_s=float(data["duration_s"]), drain_s=float(data["drain_s"]),
+                   lease_s=float(data["lease_s"]), faults=tuple(FaultKind(f) for f in data["faults"]),
+                   fault_interval_s=float(data["fault_interval_s"]), tenants=int(data["tenants"]),
+                   timer_loops=int(data["timer_loops"]), scenarios=tuple(data["scenarios"]),
+                   mode=str(data.get("mode", "free"))).validate()
 
 
 @dataclass
@@ -100,6 +123,8 @@ class Context:
     """Harness bugs (unexpected exceptions in a worker loop): any makes the run fail."""
     notes: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    det: Virtual | None = None
+    """Deterministic mode's scheduler and virtual store clock (``None``: free-running threads)."""
 
     @property
     def tenants(self) -> tuple[str, ...]:
@@ -107,6 +132,15 @@ class Context:
 
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    def wait(self, seconds: float, until: threading.Event | None = None) -> bool:
+        """Wait ``seconds`` (wall time, or store-clock time under the scheduler) or until ``until``
+        (default: the stop event) is set; returns whether it was set."""
+        event = until if until is not None else self.stopping
+        if self.det is None:
+            return event.wait(seconds)
+        self.det.sleep(seconds, event)
+        return event.is_set()
 
     def error(self, text: str) -> None:
         with self.lock:

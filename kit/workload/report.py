@@ -3,9 +3,12 @@
 ``reports/<timestamp>-<backend>-stress/`` holds what every kit report holds
 (``results.jsonl`` journal, ``results.json``, ``summary.md``, ``junit.xml``,
 ``index.html``: one check per invariant, per-second throughput and latency
-series, per-worker timelines) and, beside it, ``history.jsonl`` (every
+series, per-worker timelines; the run's label and settings name its mode,
+``deterministic`` or ``free``) and, beside it, ``history.jsonl`` (every
 operation), ``plan.json`` (the nemesis schedule) and ``verdicts.json`` (each
-verdict with its witness).
+verdict with its witness); a deterministic run adds ``schedule.json`` (its
+participants and step count) and, on a violation, ``bundle.json`` (what
+``kit replay`` needs).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class StressReport:
         writer = _StressWriter.create(root, f"{getattr(backend, 'name', spec)}-stress", kind="stress", urls=[url])
         assert isinstance(writer, _StressWriter)
         writer.reproduce = command
-        writer.start_run(backend=str(getattr(backend, "name", spec)), spec=spec, label=f"{spec} stress", tool="stress",
+        writer.start_run(backend=str(getattr(backend, "name", spec)), spec=spec, label=f"{spec} stress ({config.mode} mode)", tool="stress",
                          backend_obj=backend, url=redact(url) if url else None, seed=config.seed, command=command,
                          extra={"stress": config.to_json()})
         return cls(writer)

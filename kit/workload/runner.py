@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,20 @@ class StressResult:
     """Runs seen ending during the faults phase."""
     errors: list[str] = field(default_factory=list)
     notes: dict[str, int] = field(default_factory=dict)
+    mode: str = "free"
+    """Which mode ran: ``deterministic`` (seeded scheduler) or ``free`` (threads race)."""
+    schedule: list[str] = field(default_factory=list)
+    """Deterministic mode: the participant chosen at each step (the schedule a bundle replays)."""
+    skipped: int = 0
+    """Replays: recorded choices that were not eligible at their turn (0 for a faithful replay)."""
+    bundle: Path | None = None
+    """Deterministic mode, on a violation: the saved replay bundle."""
+    clock_us: tuple[int, int] = (0, 0)
+    """Deterministic mode: the store clock at the start and at the end of the run."""
+    faults_wall_s: float = 0.0
+    steps_log: list[Any] = field(default_factory=list)
+    """Deterministic mode: each step's participant, park label and history position (for narration)."""
+    """Deterministic mode: wall-clock seconds the faults phase took (its length is store-clock time)."""
 
     @property
     def status(self) -> Status:
@@ -88,13 +102,33 @@ def run_stress(
     url: str | None = None,
     command: str = "",
     on_progress: Callable[[Progress], None] | None = None,
+    schedule: Sequence[str] | None = None,
+    save_bundle: bool = True,
 ) -> StressResult:
-    """Run one stress workload on a fresh kit-owned database of ``backend`` (dropped afterwards)."""
+    """Run one stress workload on a fresh kit-owned database of ``backend`` (dropped afterwards).
+
+    ``config.mode`` picks deterministic (a seeded scheduler; ``schedule`` replays a recorded one
+    and ends the run where it ends) or free-running threads. A deterministic run that violates an
+    invariant saves ``bundle.json`` in its report folder (unless ``save_bundle`` is false).
+    """
     config.validate()
+    if config.mode == "deterministic":
+        from kit.workload.deterministic import require_schedulable
+
+        require_schedulable(backend)
     spec = spec or str(getattr(backend, "name", "?"))
     report = StressReport.open(report_root, backend, config, spec, url, command)
     database = backend.provision()
     try:
+        if config.mode == "deterministic":
+            from kit.workload.deterministic import DeterministicRun
+
+            return DeterministicRun(database, backend, config, report, on_progress, schedule=schedule,
+                                    spec=spec, url=url, save_bundle=save_bundle).run()
+        if schedule is not None:
+            from kit.contract.errors import ConfigurationError
+
+            raise ConfigurationError("a schedule replays only in deterministic mode: set mode='deterministic'")
         return _Run(database, backend, config, report, on_progress).run()
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the original error matters more
@@ -106,10 +140,10 @@ def run_stress(
 
 class _Run:
     def __init__(self, database: Database, backend: Backend, config: StressConfig, report: StressReport,
-                 on_progress: Callable[[Progress], None] | None) -> None:
+                 on_progress: Callable[[Progress], None] | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.database, self.backend, self.config, self.report = database, backend, config, report
         self.on_progress = on_progress
-        self.recorder = Recorder(report.folder / "history.jsonl")
+        self.recorder = Recorder(report.folder / "history.jsonl", clock=clock)
         self.tracker = Tracker()
         self.recorder.listeners.append(self.tracker)
         self.registry = load_workflows()
