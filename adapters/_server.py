@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from adapters._sql.dialect import Dialect
-from adapters._sql.store import SqlStore, reset_database
+from adapters._sql.store import SqlStore, close_reset_store, reset_database
 from kit.connections import ConnectionFactory
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
@@ -111,6 +111,7 @@ class ServerDatabase:
         reset_database(self)
 
     def drop(self) -> None:
+        close_reset_store(self)
         self.backend._drop(self.namespace)
 
 
