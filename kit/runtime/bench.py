@@ -18,7 +18,9 @@ from rich.table import Table
 
 from kit.backends import resolve
 from kit.contract.errors import BackendUnavailable, ConfigurationError
+from kit.runtime.counting import CountingBackend
 from kit.runtime.driver import pick_scenarios, run_scenarios
+from kit.runtime.stats import RuntimeStats
 
 __all__ = ["main"]
 
@@ -32,20 +34,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console(highlight=False, width=max(110, Console().width))
     table = Table(title=f"kit runtime benchmark: {args.runs} x {args.scenario}, {args.workers} workers")
-    for column in ("backend", "runs", "decisions", "elapsed s", "decisions/s", "p50 ms", "p99 ms", "verdict"):
+    columns = ("backend", "runs", "decisions", "elapsed s", "decisions/s", "stmts/decision", "p50 ms", "p99 ms",
+               "verdict")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("backend", "verdict") else "right")
     scenarios = pick_scenarios(args.scenario)
     for name in args.backends:
         try:
             backend = resolve(name)
         except (BackendUnavailable, ConfigurationError) as exc:
-            table.add_row(name, "", "", "", "", "", "", f"skipped: {exc}")
+            table.add_row(name, "", "", "", "", "", "", "", f"skipped: {exc}")
             continue
+        counting = CountingBackend(backend)
+        runs = args.runs
+
+        def progress(done: int, _stats: RuntimeStats, counter=counting.counter, runs=runs) -> None:  # type: ignore[no-untyped-def]
+            if done >= runs:  # every run ended: the checks that follow are not the workload's statements
+                counter.stop()
+
         try:
             console.print(f"{name}: {backend.describe()}", soft_wrap=True)
-            r = run_scenarios(backend, scenarios, args.runs, workers=args.workers, replay_sample=1)
+            r = run_scenarios(counting, scenarios, runs, workers=args.workers, replay_sample=1, on_progress=progress)
         finally:
             backend.close()
+        statements = counting.counter.stop()
         verdict = "ok" if r.ok else f"FAILED: {(r.problems + r.errors)[0]}"
         table.add_row(
             name,
@@ -53,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(r.decisions),
             f"{r.elapsed_s:.2f}",
             f"{r.decisions_per_s:.0f}",
+            f"{statements / r.decisions:.1f}" if r.decisions else "",
             f"{r.stats.latency_ms(50):.1f}",
             f"{r.stats.latency_ms(99):.1f}",
             verdict,
