@@ -11,17 +11,23 @@ database) still get a database of their own, dropped after them.
 Guarantee: a check handed the shared database never sees a row an earlier check
 wrote. A database without ``reset()`` is never shared; a reset that fails drops
 the shared database and the check gets a newly provisioned one.
+``KIT_DATABASE_PER_CHECK=1`` turns sharing off (every check provisions its own, as
+before): the baseline ``nox -s bench`` compares the shared database with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kit.contract import Backend, Capability, ClockMode, Database
 
-__all__ = ["SharedDatabase", "fresh_database", "needs_fresh_database"]
+__all__ = ["PER_CHECK_ENV", "SharedDatabase", "fresh_database", "needs_fresh_database"]
+
+PER_CHECK_ENV = "KIT_DATABASE_PER_CHECK"
+"""Set to 1: every check provisions (and drops) a database of its own, nothing is shared."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +64,7 @@ class SharedDatabase:
 
     def checkout(self) -> Database | None:
         """The shared database, empty and migrated; None when the backend's databases cannot be reset."""
-        if not self._shareable:
+        if not self._shareable or os.environ.get(PER_CHECK_ENV, "") == "1":
             return None
         if self._database is not None and self._used:
             try:
