@@ -22,10 +22,10 @@ carried into the open unit (:meth:`Tables.absorb`), as row-locking databases do.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from kit.contract.entities import (
     Command,
@@ -60,50 +60,135 @@ Due = Callable[[Any, Any], "tuple[str, datetime, Any] | None"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
+
+_BUCKETS = 64
+"""Rows are spread over this many dicts by key hash: a copy shares them all, a write copies one."""
 
 
-class Table(dict[K, V]):
-    """One table of the reference state (see the module docstring): a dict with write tracking and indexes."""
+class _CowMap:
+    """A dict split into buckets, copied in O(buckets) and copied-on-write one bucket at a time.
 
-    __slots__ = ("_due", "_heaps", "_owner", "_owners", "written")
+    Iteration order is by bucket, not by insertion: every reader of the reference state sorts.
+    """
 
-    def __init__(self, owner: Owner | None = None, due: Due | None = None, rows: Iterable[tuple[Any, Any]] = ()) -> None:
-        super().__init__()
+    __slots__ = ("_buckets", "_mine")
+
+    def __init__(self) -> None:
+        self._buckets: list[dict[Any, Any]] = [{} for _ in range(_BUCKETS)]
+        self._mine: list[bool] = [True] * _BUCKETS
+
+    def copy(self) -> _CowMap:
+        twin = _CowMap.__new__(_CowMap)
+        twin._buckets = list(self._buckets)
+        twin._mine = [False] * _BUCKETS
+        self._mine = [False] * _BUCKETS  # the twin now shares every bucket: neither may write in place
+        return twin
+
+    def bucket(self, key: Any) -> dict[Any, Any]:
+        return self._buckets[hash(key) % _BUCKETS]
+
+    def writable(self, key: Any) -> dict[Any, Any]:
+        i = hash(key) % _BUCKETS
+        if not self._mine[i]:
+            self._buckets[i] = dict(self._buckets[i])
+            self._mine[i] = True
+        return self._buckets[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._buckets)
+
+
+class Table(Generic[K, V]):
+    """One table of the reference state (see the module docstring): a copy-on-write map of rows with
+    write tracking and indexes. Copying it costs the same whatever its size; a write copies 1/64 of it."""
+
+    __slots__ = ("_due", "_heaps", "_heaps_mine", "_owner", "_owners", "_rows", "written")
+
+    def __init__(self, owner: Owner | None = None, due: Due | None = None) -> None:
         self._owner, self._due = owner, due
-        self._owners: dict[Any, tuple[Any, ...]] = {}
+        self._rows = _CowMap()
+        self._owners = _CowMap()
         self._heaps: dict[str, list[tuple[Any, ...]]] = {}
+        self._heaps_mine: set[str] = set()
         self.written: set[Any] = set()
-        for key, value in rows:
-            self[key] = value
-        self.written = set()
 
     def copy(self) -> Table[K, V]:
         """A copy that shares the (immutable) rows, with nothing written yet."""
-        twin: Table[K, V] = Table(self._owner, self._due)
-        dict.update(twin, self)
-        twin._owners = dict(self._owners)  # tuples of keys: shared safely
-        twin._heaps = {tenant: list(heap) for tenant, heap in self._heaps.items()}
+        twin: Table[K, V] = Table.__new__(Table)
+        twin._owner, twin._due = self._owner, self._due
+        twin._rows = self._rows.copy()
+        twin._owners = self._owners.copy()
+        twin._heaps = dict(self._heaps)
+        twin._heaps_mine = set()
+        self._heaps_mine = set()
+        twin.written = set()
         return twin
 
+    # -- reading ------------------------------------------------------------
+    @overload
+    def get(self, key: K) -> V | None: ...
+
+    @overload
+    def get(self, key: K, default: V | T) -> V | T: ...
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._rows.bucket(key).get(key, default)
+
+    def __getitem__(self, key: Any) -> V:
+        return self._rows.bucket(key)[key]  # type: ignore[no-any-return]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._rows.bucket(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def keys(self) -> list[K]:
+        return list(self._rows)
+
+    def values(self) -> list[V]:
+        return [v for bucket in self._rows._buckets for v in bucket.values()]
+
+    def items(self) -> list[tuple[K, V]]:
+        return [kv for bucket in self._rows._buckets for kv in bucket.items()]
+
+    # -- writing ------------------------------------------------------------
+    def _heap(self, tenant: str) -> list[tuple[Any, ...]]:
+        if tenant not in self._heaps_mine:
+            self._heaps[tenant] = list(self._heaps.get(tenant, ()))
+            self._heaps_mine.add(tenant)
+        return self._heaps[tenant]
+
     def __setitem__(self, key: Any, value: Any) -> None:
-        if self._owner is not None and key not in self:
+        rows = self._rows.writable(key)
+        if self._owner is not None and key not in rows:
             owner = self._owner(key, value)
             if owner is not None:
-                self._owners[owner] = (*self._owners.get(owner, ()), key)
-        dict.__setitem__(self, key, value)
+                owners = self._owners.writable(owner)
+                owners[owner] = (*owners.get(owner, ()), key)
+        rows[key] = value
         self.written.add(key)
         if self._due is not None:
             due = self._due(key, value)
             if due is not None:
-                heapq.heappush(self._heaps.setdefault(due[0], []), (due[1], due[2], key))
+                heapq.heappush(self._heap(due[0]), (due[1], due[2], key))
 
     def __delitem__(self, key: Any) -> None:
-        value = self[key]
-        dict.__delitem__(self, key)
+        rows = self._rows.writable(key)
+        value = rows.pop(key)
         self.written.add(key)
         owner = None if self._owner is None else self._owner(key, value)
         if owner is not None:
-            self._owners[owner] = tuple(k for k in self._owners.get(owner, ()) if k != key)
+            owners = self._owners.writable(owner)
+            owners[owner] = tuple(k for k in owners.get(owner, ()) if k != key)
 
     def pop(self, key: Any, *default: Any) -> Any:
         if key in self:
@@ -114,25 +199,18 @@ class Table(dict[K, V]):
             return default[0]
         raise KeyError(key)
 
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = value
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
-
     def of_owner(self, owner: Any) -> list[Any]:
         """The keys of ``owner``'s rows (a run's, as (tenant, run_id)), in key order."""
-        return sorted(self._owners.get(owner, ()))
+        return sorted(self._owners.bucket(owner).get(owner, ()))
 
     def take_due(
         self, tenant: str, now: datetime, limit: int, takes: Callable[[Any, Any], bool] = lambda key, value: True
     ) -> list[Any]:
         """Up to ``limit`` keys of ``tenant``'s rows due at ``now`` that ``takes`` accepts, earliest first
         (ties by tie-break). The caller rewrites each row it takes (which files its next entry)."""
-        heap = self._heaps.get(tenant)
+        if not self._heaps.get(tenant):
+            return []
+        heap = self._heap(tenant)
         taken: list[Any] = []
         passed: list[tuple[Any, ...]] = []
         seen: set[Any] = set()
@@ -146,7 +224,7 @@ class Table(dict[K, V]):
                 taken.append(key)
             passed.append(entry)
         for entry in passed:  # rows left as they were keep their entries; taken rows get new ones
-            heapq.heappush(heap, entry)  # type: ignore[arg-type]
+            heapq.heappush(heap, entry)
         return taken
 
 

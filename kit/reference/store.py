@@ -61,7 +61,7 @@ from kit.contract.errors import (
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
 from kit.migrate import AppliedMigration, pending, verify
-from kit.reference._tables import Row, Tables
+from kit.reference._tables import Row, Table, Tables
 from kit.reference._values import detached, detached_all
 
 __all__ = ["MemoryStore", "SharedState"]
@@ -604,7 +604,7 @@ class MemoryStore:
             return Outcome.COMMITTED
 
     def _check_consumable(self, t: Tables, run_id: str, d: Decision) -> None:
-        def owned(table: dict[int, tuple[str, Any]], ident: str) -> Any:
+        def owned(table: Table[int, tuple[str, Any]], ident: str) -> Any:
             if not ident.isdigit():
                 return None
             row = table.get(int(ident))
