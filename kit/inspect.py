@@ -16,15 +16,16 @@ exactly (``True`` is not ``1``, ``1.0`` is not ``1``).
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from typing import Any
 
 from kit.contract.capabilities import ALL_PROMISES, Promise
 from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.json_exact import ExactState
 from kit.contract.protocol import Storage, iter_pages
+from kit.contract.validation import copy_json
 
-__all__ = ["assemble", "observable_state", "observable_state_from_reads", "run_state"]
+__all__ = ["assemble", "observable_state", "observable_state_from_reads", "row_of", "run_state"]
 
 
 def assemble(
@@ -32,17 +33,50 @@ def assemble(
 ) -> dict[str, Any]:
     """One run's state from its parts (each list in creation order)."""
     return {
-        "run": asdict(run),
-        "history": [asdict(e) for e in history],
-        "commands": {c.operation_key: _without(asdict(c), "command_id") for c in commands},
-        "signals": {s.dedup_key: _without(asdict(s), "signal_id") for s in signals},
-        "timers": {t.operation_key: _without(asdict(t), "timer_id") for t in timers},
+        "run": row_of(run),
+        "history": [row_of(e) for e in history],
+        "commands": {c.operation_key: _without(row_of(c), "command_id") for c in commands},
+        "signals": {s.dedup_key: _without(row_of(s), "signal_id") for s in signals},
+        "timers": {t.operation_key: _without(row_of(t), "timer_id") for t in timers},
         "raw_keys": {
             "commands": [c.operation_key for c in commands],
             "signals": [s.dedup_key for s in signals],
             "timers": [t.operation_key for t in timers],
         },
     }
+
+
+_PAYLOADS = frozenset({"input", "output", "error", "payload", "result"})
+"""The entities' JSON fields: the only values in them a caller could mutate."""
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+def row_of(entity: Any) -> dict[str, Any]:
+    """Exactly ``dataclasses.asdict(entity)`` for a stored entity, without its generic deep copy.
+
+    The JSON payloads are copied (the result shares no list or dict with the store, as with
+    ``asdict``), a nested reference (a run's definition) becomes a dict, and the immutable values
+    (text, numbers, datetimes, enums) are kept as they are. The fault machines compare whole states
+    after every step: ``asdict`` deep-copying every datetime and enum was most of that time.
+    """
+    out: dict[str, Any] = {}
+    for name in _field_names(type(entity)):
+        value = getattr(entity, name)
+        if name in _PAYLOADS:
+            value = copy_json(value)
+        elif is_dataclass(value) and not isinstance(value, type):
+            value = asdict(value)
+        out[name] = value
+    return out
 
 
 def run_state(store: Storage, run_id: str, promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any] | None:
