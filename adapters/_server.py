@@ -77,6 +77,8 @@ class ServerDatabase:
         self.backend = backend
         self.namespace = namespace
         self.label = f"{backend.name} {namespace} on {backend.handle}"
+        self._clock_installed = False
+        """The test clock's table and row exist (nothing the kit does removes them; reset rewinds the row)."""
 
     def open(
         self,
@@ -95,8 +97,9 @@ class ServerDatabase:
             load_dialect(backend.dialect.migrations) if migrations is None else migrations,
         )
         store.session_id = backend._session_id(store._conn.raw)  # type: ignore[attr-defined]
-        if store.clock_mode is ClockMode.TEST:
-            store.install_test_clock()
+        if store.clock_mode is ClockMode.TEST and not self._clock_installed:
+            store.install_test_clock()  # once per database: later stores find it (one transaction less each)
+            self._clock_installed = True
         return store
 
     def kill_session(self, store: Storage) -> None:
