@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from adapters._sql.dialect import Dialect
-from adapters._sql.store import SqlStore, reset_database
+from adapters._sql.store import SqlStore, close_reset_store, reset_database
 from kit.connections import ConnectionFactory
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
@@ -77,6 +77,8 @@ class ServerDatabase:
         self.backend = backend
         self.namespace = namespace
         self.label = f"{backend.name} {namespace} on {backend.handle}"
+        self._clock_installed = False
+        """The test clock's table and row exist (nothing the kit does removes them; reset rewinds the row)."""
 
     def open(
         self,
@@ -95,8 +97,9 @@ class ServerDatabase:
             load_dialect(backend.dialect.migrations) if migrations is None else migrations,
         )
         store.session_id = backend._session_id(store._conn.raw)  # type: ignore[attr-defined]
-        if store.clock_mode is ClockMode.TEST:
-            store.install_test_clock()
+        if store.clock_mode is ClockMode.TEST and not self._clock_installed:
+            store.install_test_clock()  # once per database: later stores find it (one transaction less each)
+            self._clock_installed = True
         return store
 
     def kill_session(self, store: Storage) -> None:
@@ -111,6 +114,7 @@ class ServerDatabase:
         reset_database(self)
 
     def drop(self) -> None:
+        close_reset_store(self)
         self.backend._drop(self.namespace)
 
 

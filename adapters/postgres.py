@@ -118,6 +118,7 @@ class PostgresDialect(Dialect):
     begin_write = "BEGIN ISOLATION LEVEL READ COMMITTED"
     begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     lock_rows = " FOR UPDATE"
+    fold_begin = True  # BEGIN and the clock read (no parameters) in one simple-protocol round trip
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # clock_timestamp() moves inside a transaction; now() does not (pitfall 1). EXTRACT
     # returns exact numeric since PostgreSQL 14, so the microseconds are never rounded.

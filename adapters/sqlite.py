@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters._sql.dialect import Dialect
-from adapters._sql.store import SqlStore, reset_database
+from adapters._sql.store import SqlStore, close_reset_store, reset_database
 from kit.connections import ConnectionFactory
 from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
@@ -239,6 +239,7 @@ class SqliteDatabase:
         reset_database(self)
 
     def drop(self) -> None:
+        close_reset_store(self)
         if self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
 

@@ -1,7 +1,7 @@
 """Finding a server: explicit URL, then the local default, then testcontainers, else a clear skip.
 
 URLs are SQLAlchemy URLs (``postgresql+psycopg://``, ``mysql+pymysql://``,
-``mssql+pyodbc://``, ``sqlite:///``), parsed with SQLAlchemy's own parser. A
+``mssql+pyodbc://``, ``sqlite:///``), read with SQLAlchemy's own grammar (without importing it). A
 password never leaves this module unredacted in a message.
 """
 
@@ -11,12 +11,13 @@ import os
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kit.contract.errors import ConfigurationError
 
 __all__ = [
+    "ParsedUrl",
     "ServerHandle",
     "discover",
     "docker_engine",
@@ -72,11 +73,79 @@ def redact(url: str) -> str:
     return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
-def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str):  # type: ignore[no-untyped-def]
-    """The parsed URL (a ``sqlalchemy.engine.URL``), or a ConfigurationError naming the fix."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+_URL = re.compile(
+    r"""
+        (?P<name>[\w\+]+)://
+        (?:
+            (?P<username>[^:/]*)
+            (?::(?P<password>[^@]*))?
+        @)?
+        (?:
+            (?:
+                \[(?P<ipv6host>[^/\?]+)\] |
+                (?P<ipv4host>[^/:\?]+)
+            )?
+            (?::(?P<port>[^/\?]*))?
+        )?
+        (?:/(?P<database>[^\?]*))?
+        (?:\?(?P<query>.*))?
+    """,
+    re.VERBOSE,
+)
+"""SQLAlchemy's own URL grammar (``sqlalchemy.engine.url._parse_url``), so the kit reads every URL
+exactly as SQLAlchemy would without importing it (about 0.4 s of CPU per process)."""
 
+_DEFAULT_DRIVERS = {"postgresql": "psycopg2", "mysql": "mysqldb", "mariadb": "mysqldb", "mssql": "pyodbc",
+                    "sqlite": "pysqlite"}
+"""SQLAlchemy's default driver of each dialect, for a URL that names none."""
+
+
+@dataclass(frozen=True)
+class ParsedUrl:
+    """A database URL read the way ``sqlalchemy.engine.make_url`` reads it (the parts the kit uses)."""
+
+    drivername: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    host: str | None = None
+    port: int | None = None
+    database: str | None = None
+    query: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
+
+    def get_backend_name(self) -> str:
+        return self.drivername.partition("+")[0]
+
+    def get_driver_name(self) -> str:
+        backend, plus, driver = self.drivername.partition("+")
+        return driver if plus else _DEFAULT_DRIVERS.get(backend, "")
+
+
+def _make_url(url: str) -> ParsedUrl:
+    """``url`` parsed with SQLAlchemy's grammar; ValueError when it does not parse."""
+    from urllib.parse import parse_qsl, unquote
+
+    match = _URL.match(url)
+    if match is None:
+        raise ValueError("Could not parse the URL")
+    parts = match.groupdict()
+    query: dict[str, str | tuple[str, ...]] = {}
+    for key, value in parse_qsl(parts["query"] or ""):
+        old = query.get(key)
+        query[key] = value if old is None else (*(old if isinstance(old, tuple) else (old,)), value)
+    text = {k: None if parts[k] is None else unquote(parts[k]) for k in ("username", "password", "database")}
+    return ParsedUrl(
+        parts["name"],
+        text["username"],
+        text["password"],
+        parts["ipv4host"] or parts["ipv6host"],
+        int(parts["port"]) if parts["port"] else None,
+        text["database"],
+        query,
+    )
+
+
+def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str) -> ParsedUrl:
+    """The parsed URL (read as SQLAlchemy reads it), or a ConfigurationError naming the fix."""
     parts = _split_credentials(url)
     if parts is not None and "@" in f"{parts[1]}:{parts[2] or ''}":
         raise ConfigurationError(
@@ -84,8 +153,8 @@ def parse_url(url: str, backend: str, drivers: tuple[str, ...], example: str):  
             "percent-encode it as %40 in the user or password"
         )
     try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
+        parsed = _make_url(url)
+    except ValueError:
         raise ConfigurationError(
             f"malformed {backend} URL {redact(url)!r}: write it like {example}"
         ) from None

@@ -91,7 +91,17 @@ def as_dict(entity: Any) -> dict[str, Any]:
     instead, and only an unknown leaf type is deep-copied. The fault machines read the whole state twice per
     step, and ``asdict`` was a quarter of their time.
     """
-    return {f.name: _plain(getattr(entity, f.name)) for f in fields(entity)}
+    return {name: _plain(getattr(entity, name)) for name in _field_names(type(entity))}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def _plain(value: Any) -> Any:

@@ -95,4 +95,8 @@ class Dialect:
         "id INTEGER NOT NULL PRIMARY KEY, now_us BIGINT NOT NULL)"
     )
     ddl_is_transactional = True
+    fold_begin = False
+    """True where the driver runs ``BEGIN ...; SELECT ...`` (no parameters) in one round trip and
+    returns both results (psycopg): the store then sends a transaction's BEGIN with its first
+    statement instead of on its own."""
     """False where DDL commits implicitly (MySQL): migrations must then be idempotent files."""

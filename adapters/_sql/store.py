@@ -33,7 +33,7 @@ from adapters._sql.families.timers import TimerSql
 from adapters._sql.families.unit_of_work import UnitOfWorkSql
 from kit.contract.entities import ClockMode
 
-__all__ = ["CORE_TABLES", "SqlStore", "reset_database"]
+__all__ = ["CORE_TABLES", "SqlStore", "close_reset_store", "reset_database"]
 
 
 class SqlStore(
@@ -56,10 +56,35 @@ class SqlStore(
     """
 
 
+_RESET_STORE = "_kit_reset_store"
+
+
 def reset_database(database: Any) -> None:
-    """Empty a kit-owned database's tables and rewind its test clock, keeping the migrated schema."""
+    """Empty a kit-owned database's tables and rewind its test clock, keeping the migrated schema.
+
+    The store that resets is kept open on ``database`` for the next reset (one connection, not
+    one per reset); :func:`close_reset_store` closes it before the database is dropped. A kept
+    store that fails (its session was ended) is replaced once.
+    """
+    kept = getattr(database, _RESET_STORE, None)
+    if kept is not None:
+        try:
+            kept.empty_all_tables()
+            return
+        except Exception:  # noqa: BLE001 - a dead kept session: reset through a new one below
+            close_reset_store(database)
     store = database.open(clock=ClockMode.TEST)
     try:
         store.empty_all_tables()
-    finally:
+    except BaseException:
         store.close()
+        raise
+    setattr(database, _RESET_STORE, store)
+
+
+def close_reset_store(database: Any) -> None:
+    """Close the store :func:`reset_database` kept open on ``database``, if any."""
+    kept = getattr(database, _RESET_STORE, None)
+    if kept is not None:
+        setattr(database, _RESET_STORE, None)
+        kept.close()

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pytest
 
+from kit.conformance._shared import SharedDatabase, fresh_database, needs_fresh_database
 from kit.contract import (
     Backend,
     Capabilities,
@@ -45,6 +46,7 @@ __all__ = [
     "Need",
     "Threads",
     "check_id",
+    "fresh_database",
     "requires",
     "store_clock",
 ]
@@ -193,8 +195,28 @@ class AreaChecks:
         if reason is not None:
             request.applymarker(pytest.mark.xfail(strict=True, reason=f"expected-failure: {reason}"))
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def kit_shared_database(cls, kit_backend: Backend) -> Iterator[SharedDatabase]:
+        """The migrated database this class's checks share (one per process or xdist worker)."""
+        shared = SharedDatabase(kit_backend)
+        try:
+            yield shared
+        finally:
+            shared.close()
+
     @pytest.fixture
-    def database(self, kit_backend: Backend) -> Iterator[Database]:
+    def database(
+        self, request: pytest.FixtureRequest, kit_backend: Backend, kit_shared_database: SharedDatabase
+    ) -> Iterator[Database]:
+        """The check's database: the shared one, reset (no row of an earlier check survives) and
+        migrated; or, for a check marked :func:`fresh_database` or a backend that cannot reset, a newly
+        provisioned one dropped after the check."""
+        if not needs_fresh_database(request.function):
+            shared = kit_shared_database.checkout()
+            if shared is not None:
+                yield shared
+                return
         db = kit_backend.provision()
         try:
             yield db
@@ -202,20 +224,25 @@ class AreaChecks:
             db.drop()
 
     @pytest.fixture
-    def open_store(self, database: Database, kit_backend: Backend) -> Iterator[Callable[..., Storage]]:
+    def open_store(
+        self, database: Database, kit_backend: Backend, kit_shared_database: SharedDatabase
+    ) -> Iterator[Callable[..., Storage]]:
         """Open more migrated stores on the test's database (closed at teardown).
 
         They run on the test clock when the store has one, else on the database clock
         (a check that moves the clock requires ``test_clock`` and was skipped already).
+        On the shared database, migrated once with the adapter's own migrations, a store
+        with those migrations is not migrated again.
         """
         opened: list[Storage] = []
         clock = store_clock(kit_backend)
+        migrated = kit_shared_database.holds(database)
 
         def open_(tenant: str = TENANT, migrate: bool = True, **kwargs: Any) -> Storage:
             kwargs.setdefault("clock", clock)
             store = database.open(tenant, **kwargs)
             opened.append(store)
-            if migrate:
+            if migrate and not (migrated and kwargs.get("migrations") is None):
                 store.migrate()
             return store
 

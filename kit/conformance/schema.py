@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from kit.conformance._harness import TENANT, AreaChecks, Threads, requires
+from kit.conformance._harness import TENANT, AreaChecks, Threads, fresh_database, requires
 from kit.contract import Capability, Database, Promise, SchemaError, Storage, StorageError
 from kit.faults import InjectedFault
 from kit.migrate import Migration
@@ -18,6 +18,7 @@ __all__ = ["SchemaChecks"]
 PROBE = Migration(900, "kit_probe", "CREATE TABLE kit_probe_900 (id INTEGER NOT NULL PRIMARY KEY);\n")
 
 
+@fresh_database  # absent, partial, newer schemas: each check needs a database nothing migrated yet
 class SchemaChecks(AreaChecks):
     area = "schema"
 

@@ -25,6 +25,7 @@ first difference by path, with both values and their types.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -64,34 +65,62 @@ def json_equal(a: Any, b: Any) -> bool:
 def json_difference(a: Any, b: Any, labels: tuple[str, str] = ("got", "want"), path: str = "$") -> str | None:
     """None when equal, else the first difference: its path and both values with their types.
 
-    Iterative, so values nested deeper than the interpreter's recursion limit compare too.
+    Iterative, so values nested deeper than the interpreter's recursion limit compare too. Paths
+    are spelled only for the difference reported (the fault machines compare whole states after
+    every step: formatting every path was most of the comparison).
     """
-    stack: list[tuple[str, Any, Any]] = [(path, a, b)]
+    stack: list[tuple[_Path, Any, Any]] = [((None, path), a, b)]
     while stack:
-        where, x, y = stack.pop()
+        at, x, y = stack.pop()
         if x is y:
             continue
+        tx = type(x)
+        if tx is type(y) and tx in _PLAIN:
+            if x != y:
+                return _describe(_spell(at), x, y, labels)
+            continue
         kind = json_kind(x)
-        if kind != json_kind(y) or (kind not in (_ARRAY, _OBJECT) and type(x) is not type(y)
+        if kind != json_kind(y) or (kind not in (_ARRAY, _OBJECT) and tx is not type(y)
                                      and not _same_leaf_kind(x, y)):
-            return _describe(where, x, y, labels)
+            return _describe(_spell(at), x, y, labels)
         if kind == _ARRAY:
             if len(x) != len(y):
-                return _describe(where, x, y, labels, f"{len(x)} items vs {len(y)}")
-            stack.extend((f"{where}[{i}]", p, q) for i, (p, q) in reversed(list(enumerate(zip(x, y)))))
+                return _describe(_spell(at), x, y, labels, f"{len(x)} items vs {len(y)}")
+            stack.extend(((at, (_INDEX, i)), p, q) for i, p, q in zip(range(len(x) - 1, -1, -1), reversed(x), reversed(y)))
         elif kind == _OBJECT:
             if x.keys() != y.keys():
                 only_x = sorted(map(repr, x.keys() - y.keys()))
                 only_y = sorted(map(repr, y.keys() - x.keys()))
-                return (f"{where}: keys differ: only the {labels[0]} value has {only_x or 'none'}, "
+                return (f"{_spell(at)}: keys differ: only the {labels[0]} value has {only_x or 'none'}, "
                         f"only the {labels[1]} value has {only_y or 'none'}")
-            stack.extend((f"{where}[{k!r}]", x[k], y[k]) for k in reversed(list(x)))
+            stack.extend(((at, (_KEY, k)), x[k], y[k]) for k in reversed(list(x)))
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
             fields = [f.name for f in dataclasses.fields(x)]
-            stack.extend((f"{where}.{name}", getattr(x, name), getattr(y, name)) for name in reversed(fields))
+            stack.extend(((at, (_FIELD, name)), getattr(x, name), getattr(y, name)) for name in reversed(fields))
         elif x != y:
-            return _describe(where, x, y, labels)
+            return _describe(_spell(at), x, y, labels)
     return None
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None), datetime})
+"""Leaf types compared by ``==`` once both sides are exactly that type (no JSON kind to tell apart)."""
+
+_Path = tuple[Any, Any]
+"""(parent path, step) with the root as (None, its text): spelled out only when reported."""
+
+
+_INDEX, _KEY, _FIELD = 0, 1, 2
+"""Kinds of path step: ``[i]``, ``[key!r]``, ``.name``."""
+
+
+def _spell(at: _Path) -> str:
+    steps: list[str] = []
+    node: Any = at
+    while node[0] is not None:
+        node, (kind, step) = node
+        steps.append(f"[{step!r}]" if kind == _KEY else f".{step}" if kind == _FIELD else f"[{step}]")
+    steps.append(node[1])
+    return "".join(reversed(steps))
 
 
 def assert_json_equal(got: Any, want: Any, what: str = "value") -> None:

@@ -4,6 +4,15 @@ An operation works on a shallow copy (entities are immutable, so copying the
 dicts is enough) and the copy replaces the shared state only when the
 operation returns normally. There is no undo log to get wrong.
 
+Each table is a :class:`Table`: a dict that remembers the keys written since it
+was copied (a unit's changes are found without scanning every row) and keeps
+two indexes current on every write, so no operation scans a whole table: the
+rows of each run (``of_owner``) and, per tenant, a heap of (due time, tie-break,
+key) entries of the rows a claim may take (``take_due``). A heap entry whose row
+was rewritten since is stale and dropped when met; every claimable row has a
+live entry, so taking from the heap finds exactly what sorting every row by
+(due time, tie-break) would.
+
 Row locks are the rows a unit of work has changed or locked: :meth:`Tables.changes`
 names them (a row is a key of one table), so a commit of one store while another
 store's unit of work is open on the same thread can be checked against them and
@@ -12,13 +21,26 @@ carried into the open unit (:meth:`Tables.absorb`), as row-locking databases do.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Generic, TypeVar, overload
 
-from kit.contract.entities import Command, Definition, Event, Run, Signal, Timer
+from kit.contract.entities import (
+    Command,
+    CommandStatus,
+    Definition,
+    Event,
+    Run,
+    RunStatus,
+    Signal,
+    Timer,
+    TimerStatus,
+)
 from kit.migrate import AppliedMigration
 
-__all__ = ["ROW_TABLES", "Row", "Tables"]
+__all__ = ["ROW_TABLES", "Row", "Table", "Tables"]
 
 ROW_TABLES = ("definitions", "runs", "history", "commands", "signals", "timers")
 """The tables whose keys are rows (``applied``, the migration record, is one row on its own)."""
@@ -29,16 +51,203 @@ Row = tuple[str, Any]
 _GONE = object()
 
 
+Owner = Callable[[Any, Any], Any]
+"""(key, value) -> what the row is found by (a child row's run, as (tenant, run_id); a run's
+(tenant, idempotency key)), fixed for the row's life; None: not indexed."""
+Due = Callable[[Any, Any], "tuple[str, datetime, Any] | None"]
+"""(key, value) -> (tenant, due time, tie-break) when a claim may take the row at that time, else None."""
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+T = TypeVar("T")
+
+_BUCKETS = 64
+"""Rows are spread over this many dicts by key hash: a copy shares them all, a write copies one."""
+
+
+class _CowMap:
+    """A dict split into buckets, copied in O(buckets) and copied-on-write one bucket at a time.
+
+    Iteration order is by bucket, not by insertion: every reader of the reference state sorts.
+    """
+
+    __slots__ = ("_buckets", "_mine")
+
+    def __init__(self) -> None:
+        self._buckets: list[dict[Any, Any]] = [{} for _ in range(_BUCKETS)]
+        self._mine: list[bool] = [True] * _BUCKETS
+
+    def copy(self) -> _CowMap:
+        twin = _CowMap.__new__(_CowMap)
+        twin._buckets = list(self._buckets)
+        twin._mine = [False] * _BUCKETS
+        self._mine = [False] * _BUCKETS  # the twin now shares every bucket: neither may write in place
+        return twin
+
+    def bucket(self, key: Any) -> dict[Any, Any]:
+        return self._buckets[hash(key) % _BUCKETS]
+
+    def writable(self, key: Any) -> dict[Any, Any]:
+        i = hash(key) % _BUCKETS
+        if not self._mine[i]:
+            self._buckets[i] = dict(self._buckets[i])
+            self._mine[i] = True
+        return self._buckets[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._buckets)
+
+
+class Table(Generic[K, V]):
+    """One table of the reference state (see the module docstring): a copy-on-write map of rows with
+    write tracking and indexes. Copying it costs the same whatever its size; a write copies 1/64 of it."""
+
+    __slots__ = ("_due", "_heaps", "_heaps_mine", "_owner", "_owners", "_rows", "written")
+
+    def __init__(self, owner: Owner | None = None, due: Due | None = None) -> None:
+        self._owner, self._due = owner, due
+        self._rows = _CowMap()
+        self._owners = _CowMap()
+        self._heaps: dict[str, list[tuple[Any, ...]]] = {}
+        self._heaps_mine: set[str] = set()
+        self.written: set[Any] = set()
+
+    def copy(self) -> Table[K, V]:
+        """A copy that shares the (immutable) rows, with nothing written yet."""
+        twin: Table[K, V] = Table.__new__(Table)
+        twin._owner, twin._due = self._owner, self._due
+        twin._rows = self._rows.copy()
+        twin._owners = self._owners.copy()
+        twin._heaps = dict(self._heaps)
+        twin._heaps_mine = set()
+        self._heaps_mine = set()
+        twin.written = set()
+        return twin
+
+    # -- reading ------------------------------------------------------------
+    @overload
+    def get(self, key: K) -> V | None: ...
+
+    @overload
+    def get(self, key: K, default: V | T) -> V | T: ...
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._rows.bucket(key).get(key, default)
+
+    def __getitem__(self, key: Any) -> V:
+        return self._rows.bucket(key)[key]  # type: ignore[no-any-return]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._rows.bucket(key)
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def keys(self) -> list[K]:
+        return list(self._rows)
+
+    def values(self) -> list[V]:
+        return [v for bucket in self._rows._buckets for v in bucket.values()]
+
+    def items(self) -> list[tuple[K, V]]:
+        return [kv for bucket in self._rows._buckets for kv in bucket.items()]
+
+    # -- writing ------------------------------------------------------------
+    def _heap(self, tenant: str) -> list[tuple[Any, ...]]:
+        if tenant not in self._heaps_mine:
+            self._heaps[tenant] = list(self._heaps.get(tenant, ()))
+            self._heaps_mine.add(tenant)
+        return self._heaps[tenant]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        rows = self._rows.writable(key)
+        if self._owner is not None and key not in rows:
+            owner = self._owner(key, value)
+            if owner is not None:
+                owners = self._owners.writable(owner)
+                owners[owner] = (*owners.get(owner, ()), key)
+        rows[key] = value
+        self.written.add(key)
+        if self._due is not None:
+            due = self._due(key, value)
+            if due is not None:
+                heapq.heappush(self._heap(due[0]), (due[1], due[2], key))
+
+    def __delitem__(self, key: Any) -> None:
+        rows = self._rows.writable(key)
+        value = rows.pop(key)
+        self.written.add(key)
+        owner = None if self._owner is None else self._owner(key, value)
+        if owner is not None:
+            owners = self._owners.writable(owner)
+            owners[owner] = tuple(k for k in owners.get(owner, ()) if k != key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = self[key]
+            del self[key]
+            return value
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+    def of_owner(self, owner: Any) -> list[Any]:
+        """The keys of ``owner``'s rows (a run's, as (tenant, run_id)), in key order."""
+        return sorted(self._owners.bucket(owner).get(owner, ()))
+
+    def take_due(
+        self, tenant: str, now: datetime, limit: int, takes: Callable[[Any, Any], bool] = lambda key, value: True
+    ) -> list[Any]:
+        """Up to ``limit`` keys of ``tenant``'s rows due at ``now`` that ``takes`` accepts, earliest first
+        (ties by tie-break). The caller rewrites each row it takes (which files its next entry)."""
+        if not self._heaps.get(tenant):
+            return []
+        heap = self._heap(tenant)
+        taken: list[Any] = []
+        passed: list[tuple[Any, ...]] = []
+        seen: set[Any] = set()
+        while heap and len(taken) < limit and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            key = entry[2]
+            if key in seen or key not in self or self._due(key, self[key]) != (tenant, entry[0], entry[1]):  # type: ignore[misc]
+                continue  # stale: the row was rewritten (or removed) since this entry was filed
+            seen.add(key)
+            if takes(key, self[key]):
+                taken.append(key)
+            passed.append(entry)
+        for entry in passed:  # rows left as they were keep their entries; taken rows get new ones
+            heapq.heappush(heap, entry)
+        return taken
+
+
+def _idempotency(key: Any, run: Run) -> Any:
+    return None if run.idempotency_key is None else (key[0], run.idempotency_key)
+
+
+def _child_owner(key: Any, value: Any) -> Any:
+    tenant, row = value
+    return (tenant, row.run_id)
+
+
 @dataclass
 class Tables:
     applied: dict[int, AppliedMigration] | None = None
     """``None`` until the first migration: the schema is absent."""
-    definitions: dict[tuple[str, str, str], Definition] = field(default_factory=dict)
-    runs: dict[tuple[str, str], Run] = field(default_factory=dict)
-    history: dict[tuple[str, str], tuple[Event, ...]] = field(default_factory=dict)
-    commands: dict[int, tuple[str, Command]] = field(default_factory=dict)
-    signals: dict[int, tuple[str, Signal]] = field(default_factory=dict)
-    timers: dict[int, tuple[str, Timer]] = field(default_factory=dict)
+    definitions: Table[tuple[str, str, str], Definition] = field(default_factory=Table)
+    runs: Table[tuple[str, str], Run] = field(default_factory=lambda: Table(owner=_idempotency, due=_run_due))
+    history: Table[tuple[str, str], tuple[Event, ...]] = field(default_factory=Table)
+    commands: Table[int, tuple[str, Command]] = field(
+        default_factory=lambda: Table(owner=_child_owner, due=_command_due))
+    signals: Table[int, tuple[str, Signal]] = field(default_factory=lambda: Table(owner=_child_owner))
+    timers: Table[int, tuple[str, Timer]] = field(default_factory=lambda: Table(owner=_child_owner, due=_timer_due))
     counters: dict[str, int] = field(default_factory=dict)
     """The last id issued per table: ids count up from 1 in each table, as SQL identities do.
 
@@ -48,12 +257,12 @@ class Tables:
     def copy(self) -> Tables:
         return Tables(
             applied=None if self.applied is None else dict(self.applied),
-            definitions=dict(self.definitions),
-            runs=dict(self.runs),
-            history=dict(self.history),
-            commands=dict(self.commands),
-            signals=dict(self.signals),
-            timers=dict(self.timers),
+            definitions=self.definitions.copy(),
+            runs=self.runs.copy(),
+            history=self.history.copy(),
+            commands=self.commands.copy(),
+            signals=self.signals.copy(),
+            timers=self.timers.copy(),
             counters=self.counters,
         )
 
@@ -72,11 +281,10 @@ class Tables:
             changed[("applied", None)] = self.applied
         for table in ROW_TABLES:
             mine, theirs = getattr(self, table), getattr(base, table)
-            for key, value in mine.items():
+            for key in mine.written:  # only written keys can differ from the state this copy was made from
+                value = mine.get(key, _GONE)
                 if theirs.get(key, _GONE) is not value:
                     changed[(table, key)] = value
-            for key in theirs.keys() - mine.keys():
-                changed[(table, key)] = _GONE
         return changed
 
     def absorb(self, committed: dict[Row, Any]) -> None:
@@ -91,3 +299,28 @@ class Tables:
                 rows.pop(key, None)
             else:
                 rows[key] = value
+
+
+def _run_due(key: Any, run: Run) -> tuple[str, datetime, Any] | None:
+    """A claimable run's due time: its lease expiry while running, else its wake time."""
+    if run.status.terminal:
+        return None
+    at = run.claim_expires_at if run.status is RunStatus.RUNNING else run.wake_at
+    return None if at is None else (key[0], at, run.run_id)
+
+
+def _command_due(key: Any, value: tuple[str, Command]) -> tuple[str, datetime, Any] | None:
+    tenant, cmd = value
+    at: datetime | None
+    if cmd.status is CommandStatus.PENDING:
+        at = cmd.not_before
+    elif cmd.status is CommandStatus.CLAIMED:
+        at = cmd.claim_expires_at
+    else:
+        return None
+    return None if at is None else (tenant, at, key)
+
+
+def _timer_due(key: Any, value: tuple[str, Timer]) -> tuple[str, datetime, Any] | None:
+    tenant, timer = value
+    return (tenant, timer.fire_at, key) if timer.status is TimerStatus.SCHEDULED else None

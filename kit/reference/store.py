@@ -61,7 +61,7 @@ from kit.contract.errors import (
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec, StatementHook
 from kit.migrate import AppliedMigration, pending, verify
-from kit.reference._tables import Row, Tables
+from kit.reference._tables import Row, Table, Tables
 from kit.reference._values import detached, detached_all
 
 __all__ = ["MemoryStore", "SharedState"]
@@ -324,9 +324,8 @@ class MemoryStore:
             v.check_text("idempotency_key", idempotency_key, v.MAX_KEY)
         with self._unit() as t:
             if idempotency_key is not None:
-                for run in t.runs.values():
-                    if run.tenant_id == self.tenant_id and run.idempotency_key == idempotency_key:
-                        return detached(StartResult(run, created=False))
+                for key in t.runs.of_owner((self.tenant_id, idempotency_key)):
+                    return detached(StartResult(t.runs[key], created=False))
             if (self.tenant_id, run_id) in t.runs:
                 raise RunAlreadyExists(
                     f"run {run_id!r} already exists: use a new run id, or repeat the original "
@@ -430,13 +429,9 @@ class MemoryStore:
             now = self._now()
             held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
             due = [
-                r
-                for r in t.runs.values()
-                if r.tenant_id == self.tenant_id and _run_due_at(r) is not None
-                and _run_due_at(r) <= now  # type: ignore[operator]
-                and ("runs", (self.tenant_id, r.run_id)) not in held
+                t.runs[key]
+                for key in t.runs.take_due(self.tenant_id, now, limit, lambda key, _run: ("runs", key) not in held)
             ]
-            due.sort(key=lambda r: (_run_due_at(r), r.run_id))
             claims = []
             expires = from_micros(to_micros(now) + lease_us)
             for run in due[:limit]:
@@ -609,7 +604,7 @@ class MemoryStore:
             return Outcome.COMMITTED
 
     def _check_consumable(self, t: Tables, run_id: str, d: Decision) -> None:
-        def owned(table: dict[int, tuple[str, Any]], ident: str) -> Any:
+        def owned(table: Table[int, tuple[str, Any]], ident: str) -> Any:
             if not ident.isdigit():
                 return None
             row = table.get(int(ident))
@@ -650,17 +645,18 @@ class MemoryStore:
 
     def _close_outstanding(self, t: Tables, run_id: str) -> None:
         """A run going terminal cancels its unfinished commands and unfired timers."""
-        for cid, (tenant, cmd) in list(t.commands.items()):
-            if tenant == self.tenant_id and cmd.run_id == run_id and cmd.status in (
+        owner = (self.tenant_id, run_id)
+        for cid in t.commands.of_owner(owner):
+            tenant, cmd = t.commands[cid]
+            if cmd.status in (
                 CommandStatus.PENDING, CommandStatus.CLAIMED
             ):
                 self._write("UPDATE command cancelled")
                 t.commands[cid] = (tenant, replace(
                     cmd, status=CommandStatus.CANCELLED, claim_expires_at=None))
-        for tid, (tenant, tmr) in list(t.timers.items()):
-            if tenant == self.tenant_id and tmr.run_id == run_id and (
-                tmr.status is TimerStatus.SCHEDULED
-            ):
+        for tid in t.timers.of_owner(owner):
+            tenant, tmr = t.timers[tid]
+            if tmr.status is TimerStatus.SCHEDULED:
                 self._write("UPDATE timer cancelled")
                 t.timers[tid] = (tenant, replace(tmr, status=TimerStatus.CANCELLED))
 
@@ -676,15 +672,14 @@ class MemoryStore:
         queues = v.check_queues(queues)
         with self._unit() as t:
             now = self._now()
-            due = []
             held = self._held_by_others()  # skipped, as SKIP LOCKED skips them
-            for cid, (tenant, cmd) in t.commands.items():
-                at = _command_due_at(cmd)
-                if tenant == self.tenant_id and at is not None and at <= now and (
-                    queues is None or cmd.queue in queues
-                ) and ("commands", cid) not in held:
-                    due.append((at, cid, cmd))
-            due.sort(key=lambda item: (item[0], item[1]))
+            due = [
+                (None, cid, t.commands[cid][1])
+                for cid in t.commands.take_due(
+                    self.tenant_id, now, limit,
+                    lambda cid, row: (queues is None or row[1].queue in queues) and ("commands", cid) not in held,
+                )
+            ]
             expires = from_micros(to_micros(now) + lease_us)
             claims = []
             for _, cid, cmd in due[:limit]:
@@ -814,13 +809,7 @@ class MemoryStore:
         v.check_limit(limit)
         with self._unit() as t:
             now = self._now()
-            due = sorted(
-                (tmr.fire_at, tid, tmr)
-                for tid, (tenant, tmr) in t.timers.items()
-                if tenant == self.tenant_id
-                and tmr.status is TimerStatus.SCHEDULED
-                and tmr.fire_at <= now
-            )
+            due = [(None, tid, t.timers[tid][1]) for tid in t.timers.take_due(self.tenant_id, now, limit)]
             fired = []
             for _, tid, tmr in due[:limit]:
                 self._write("UPDATE timer fired")
@@ -843,13 +832,13 @@ class MemoryStore:
             t.runs[key] = _made_runnable(run, now)
 
     def _commands_of(self, t: Tables, run_id: str) -> list[Command]:
-        return [c for _, (tn, c) in sorted(t.commands.items()) if tn == self.tenant_id and c.run_id == run_id]
+        return [t.commands[cid][1] for cid in t.commands.of_owner((self.tenant_id, run_id))]
 
     def _signals_of(self, t: Tables, run_id: str) -> list[Signal]:
-        return [s for _, (tn, s) in sorted(t.signals.items()) if tn == self.tenant_id and s.run_id == run_id]
+        return [t.signals[sid][1] for sid in t.signals.of_owner((self.tenant_id, run_id))]
 
     def _timers_of(self, t: Tables, run_id: str) -> list[Timer]:
-        return [x for _, (tn, x) in sorted(t.timers.items()) if tn == self.tenant_id and x.run_id == run_id]
+        return [t.timers[tid][1] for tid in t.timers.of_owner((self.tenant_id, run_id))]
 
 
 def _lease_live(

@@ -1,26 +1,125 @@
-"""Decisions per second per backend: ``python -m kit.runtime.bench [BACKEND...]`` (or ``nox -s bench``).
+"""Decisions per second per backend, and issue 16's speed goals: ``python -m kit.runtime.bench`` (``nox -s bench``).
 
 A benchmark prints figures, it asserts nothing. Each backend runs the same
 workload (default: 200 ``order`` runs, 4 deciders + 4 workers + 1 timer loop,
 database clock) in a fresh kit-owned database; unreachable backends are
 listed with the reason instead. Every run is still checked for its expected
 end, so a figure from a broken run is flagged, never silently printed.
+
+Then every goal is printed as a ratio next to its target, both sides measured
+in this run (the machine may be loaded: only ratios measured together mean
+anything):
+
+* decisions/s against a raw replay of exactly the statements the kit sent, on
+  one raw connection, one round trip per transaction where the driver
+  pipelines (:mod:`kit.runtime.ceiling`), on each server backend;
+* statements per decision on PostgreSQL (a statement hook counts them);
+* the memory backend's decisions/s with 800 runs in the store against 50;
+* ``kit check <server> --profile none`` with one shared, reset database
+  against one database per check (``KIT_DATABASE_PER_CHECK=1``);
+* peak memory of checking a 10x longer stress run against a 1x run (each in a
+  fresh process, :mod:`kit.workload.bench`).
+
+    python -m kit.runtime.bench [BACKEND...] [--runs 200] [--skip-checks] [--skip-stress] [--skip-scaling]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
 from kit.backends import resolve
 from kit.contract.errors import BackendUnavailable, ConfigurationError
-from kit.runtime.driver import pick_scenarios, run_scenarios
+from kit.runtime.ceiling import RecordingBackend, replay
+from kit.runtime.counting import CountingBackend
+from kit.runtime.driver import RunReport, pick_scenarios, run_scenarios
+from kit.runtime.scenarios import Scenario
+from kit.runtime.stats import RuntimeStats
 
-__all__ = ["main"]
+__all__ = ["Goal", "main"]
+
+
+@dataclass
+class Goal:
+    """One of the issue's figures: measured value, target, and which way is better."""
+
+    figure: str
+    value: float | None
+    target: float
+    at_most: bool
+    detail: str = ""
+
+    @property
+    def met(self) -> str:
+        if self.value is None:
+            return "not measured"
+        ok = self.value <= self.target if self.at_most else self.value >= self.target
+        return "met" if ok else "NOT met"
+
+
+def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int,
+         console: Console) -> tuple[RunReport, float, float | None, str]:
+    """One workload: its report, statements per decision, and the raw-replay ceiling (decisions/s)."""
+    backend = resolve(backend_name)
+    recording = RecordingBackend(backend) if hasattr(backend, "_connect") else None
+    counting = CountingBackend(recording if recording is not None else backend)
+
+    def progress(done: int, _stats: RuntimeStats) -> None:
+        if done >= runs:  # every run ended: the checks that follow are not the workload's statements
+            counting.counter.stop()
+            if recording is not None:
+                recording.stop()
+
+    try:
+        console.print(f"{backend_name}: {backend.describe()}", soft_wrap=True)
+        report = run_scenarios(counting, scenarios, runs, workers=workers, replay_sample=1, on_progress=progress)
+        statements = counting.counter.stop() / max(report.decisions, 1)
+        ceiling, note = None, ""
+        if recording is not None:
+            replayed = replay(backend, recording.stop())
+            ceiling = report.decisions / replayed.seconds if replayed.seconds > 0 else None
+            note = (f"replayed {replayed.units} transactions, {replayed.statements} statements in "
+                    f"{replayed.seconds:.2f} s")
+            if replayed.failed_units:
+                note += f"; {replayed.failed_units} failed on replay (first: {replayed.first_failure})"
+    finally:
+        backend.close()
+    return report, statements, ceiling, note
+
+
+def _check_seconds(backend: str, per_check: bool) -> float | None:
+    """Wall seconds of ``kit check BACKEND --profile none`` in a fresh process; None if it did not pass."""
+    env = dict(os.environ)
+    env["KIT_DATABASE_PER_CHECK"] = "1" if per_check else "0"
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "check", backend, "--profile", "none", "--no-progress", "--no-report"],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    return time.perf_counter() - started if done.returncode == 0 else None
+
+
+def _stress_memory() -> tuple[float | None, str]:
+    """Peak RSS (after checking) of a 10x longer stress run over a 1x run, on SQLite; None when the
+    longer run did not record at least 5x the history (then the ratio would prove nothing)."""
+    from kit.workload.bench import _memory_in_child
+
+    one = _memory_in_child("sqlite", 5.0, 4, 16)
+    ten = _memory_in_child("sqlite", 50.0, 4, 16)
+    grown = ten["history_entries"] / max(one["history_entries"], 1)
+    detail = (f"1x {one['history_entries']} entries, {one['total_peak_kb'] / 1024:.0f} MiB; "
+              f"10x {ten['history_entries']} entries, {ten['total_peak_kb'] / 1024:.0f} MiB")
+    if grown < 5:
+        return None, f"the 10x run recorded only {grown:.1f}x the history: no verdict ({detail})"
+    return ten["total_peak_kb"] / max(one["total_peak_kb"], 1), detail
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,36 +128,79 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenario", default="order", help="a scenario name, a comma list, or all")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--skip-checks", action="store_true", help="do not time kit check (shared vs per-check)")
+    parser.add_argument("--skip-stress", action="store_true", help="do not measure stress checking memory")
+    parser.add_argument("--skip-scaling", action="store_true", help="do not measure memory backend scaling")
     args = parser.parse_args(argv)
     console = Console(highlight=False, width=max(110, Console().width))
     table = Table(title=f"kit runtime benchmark: {args.runs} x {args.scenario}, {args.workers} workers")
-    for column in ("backend", "runs", "decisions", "elapsed s", "decisions/s", "p50 ms", "p99 ms", "verdict"):
+    columns = ("backend", "runs", "decisions", "elapsed s", "decisions/s", "replay ceiling/s", "stmts/decision",
+               "p50 ms", "p99 ms", "verdict")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("backend", "verdict") else "right")
     scenarios = pick_scenarios(args.scenario)
+    goals: list[Goal] = []
     for name in args.backends:
         try:
-            backend = resolve(name)
+            r, statements, ceiling, note = _run(name, scenarios, args.runs, args.workers, console)
         except (BackendUnavailable, ConfigurationError) as exc:
-            table.add_row(name, "", "", "", "", "", "", f"skipped: {exc}")
+            table.add_row(name, *[""] * (len(columns) - 2), f"skipped: {exc}")
             continue
-        try:
-            console.print(f"{name}: {backend.describe()}", soft_wrap=True)
-            r = run_scenarios(backend, scenarios, args.runs, workers=args.workers, replay_sample=1)
-        finally:
-            backend.close()
         verdict = "ok" if r.ok else f"FAILED: {(r.problems + r.errors)[0]}"
         table.add_row(
-            name,
-            str(r.runs),
-            str(r.decisions),
-            f"{r.elapsed_s:.2f}",
-            f"{r.decisions_per_s:.0f}",
-            f"{r.stats.latency_ms(50):.1f}",
-            f"{r.stats.latency_ms(99):.1f}",
-            verdict,
+            name, str(r.runs), str(r.decisions), f"{r.elapsed_s:.2f}", f"{r.decisions_per_s:.0f}",
+            "" if ceiling is None else f"{ceiling:.0f}", f"{statements:.1f}",
+            f"{r.stats.latency_ms(50):.1f}", f"{r.stats.latency_ms(99):.1f}", verdict,
         )
+        if ceiling:
+            goals.append(Goal(f"decisions/s / raw replay ({name})", r.decisions_per_s / ceiling, 0.9, False, note))
+        if name == "postgres":
+            goals.append(Goal("statements per decision (postgres)", statements, 36, True))
     console.print(table)
+    if not args.skip_scaling:
+        goals.append(_scaling(scenarios, args.workers))
+    if not args.skip_checks:
+        for name, target in (("postgres", 0.5), ("mysql", 0.35)):
+            if name in args.backends:
+                goals.append(_checks(name, target, console.print))
+    if not args.skip_stress:
+        ratio, detail = _stress_memory()
+        goals.append(Goal("stress checking peak memory, 10x run / 1x run", ratio, 1.2, True, detail))
+    goals.append(Goal("fault-machine examples/s on SQLite vs before", None, 2.0, False,
+                      "needs the old code in the same run: see the issue's note"))
+    summary = Table(title="issue 16 goals (both sides measured in this run)")
+    for column in ("figure", "measured", "goal", "verdict", "how"):
+        summary.add_column(column, justify="right" if column in ("measured", "goal") else "left")
+    for g in goals:
+        summary.add_row(g.figure, "" if g.value is None else f"{g.value:.2f}",
+                        f"{'<=' if g.at_most else '>='} {g.target:g}", g.met, g.detail)
+    console.print(summary)
     return 0
+
+
+def _scaling(scenarios: list[Scenario], workers: int) -> Goal:
+    """Memory backend decisions/s with 800 runs in the store over 50 (same workload otherwise)."""
+    rates = {}
+    for runs in (50, 800):
+        backend = resolve("memory")
+        try:
+            rates[runs] = run_scenarios(backend, scenarios, runs, workers=workers, replay_sample=1).decisions_per_s
+        finally:
+            backend.close()
+    return Goal("memory decisions/s, 800 runs / 50 runs", rates[800] / max(rates[50], 1e-9), 0.85, False,
+                f"{rates[50]:.0f} at 50, {rates[800]:.0f} at 800")
+
+
+def _checks(name: str, target: float, say: Callable[[str], None]) -> Goal:
+    """``kit check NAME --profile none``: shared database over one database per check, back to back."""
+    say(f"timing kit check {name} --profile none: one database per check, then one shared database")
+    per_check = _check_seconds(name, per_check=True)
+    shared = _check_seconds(name, per_check=False)
+    if per_check is None or shared is None:
+        return Goal(f"kit check {name} --profile none, shared / per-check", None, target, True,
+                    "a run did not pass or the backend is unreachable")
+    return Goal(f"kit check {name} --profile none, shared / per-check", shared / per_check, target, True,
+                f"{per_check:.1f} s per check database, {shared:.1f} s shared")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,26 @@
 """Run deciders, command workers and timer loops as threads of this process.
 
 Each loop opens its own store (stores are not thread-safe), verifies the
-schema before polling, and polls; when idle it backs off (1 ms doubling to a
-cap) and in-process :class:`Bell` rings cut that wait short. Bells only save
-latency: every component also works alone, in another process, on another
-host, because all coordination goes through the store. A storage fault ends
-one poll (a lost connection is reopened); the lease machinery recovers.
+schema before polling, and polls once; then it waits on its role's
+:class:`Bell`, whose tokens (one per announced unit of work) make it poll again
+at once, else after ``idle_min_s`` doubling to a cap while polls find nothing
+(the cap bounds how late it finds work no bell announced). A ring wakes *one*
+waiter per unit of work: one decider per started run, signal or finished
+command, one worker per new command. The timer loop sleeps until the next
+timer this process scheduled is due (its delay, measured from the commit) or
+its cap. Bells only save latency and idle polls: every component also works
+alone, in another process, on another host, because all coordination goes
+through the store (the capped polls find work no bell announced). A storage
+fault ends one poll (a lost connection is reopened); the lease machinery
+recovers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Mapping
@@ -37,25 +46,68 @@ class _Pollable(Protocol):
 
 
 class Bell:
-    """A generation counter idle pollers wait on: ``ring`` wakes them early, nothing more."""
+    """Wake-up tokens pollers wait on: each ring is one unit of work and wakes one waiter.
+
+    A ring while every poller is busy is kept as a token, so the next poller to wait polls at
+    once instead of sleeping through announced work.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._generation = 0
+        self._tokens = 0
+        self._closed = False
 
-    def ring(self) -> None:
+    def ring(self, n: int = 1) -> None:
+        """Announce ``n`` units of work: wake up to ``n`` waiters."""
+        if n <= 0:
+            return
         with self._cond:
-            self._generation += 1
+            self._tokens += n
+            self._cond.notify(n)
+
+    def close(self) -> None:
+        """Wake every waiter for good (the runtime is stopping)."""
+        with self._cond:
+            self._closed = True
             self._cond.notify_all()
 
-    def mark(self) -> int:
+    def wait(self, timeout: float) -> bool:
+        """Wait for a ring (taking its token) or ``timeout`` s; return whether it rang."""
         with self._cond:
-            return self._generation
+            if not self._cond.wait_for(lambda: self._tokens > 0 or self._closed, timeout):
+                return False
+            if self._tokens > 0:
+                self._tokens -= 1
+            return True
 
-    def wait(self, since: int, timeout: float) -> bool:
-        """Wait until a ring after ``since`` or ``timeout`` s; return whether it rang."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._generation != since, timeout)
+
+class _Dues:
+    """When the timers this process scheduled fall due (monotonic seconds), earliest first."""
+
+    SLACK_S = 0.002
+    """Added to each due time: the store's clock counts the delay from its commit, a hair earlier."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heap: list[float] = []
+
+    def add(self, delay_s: float) -> None:
+        with self._lock:
+            heapq.heappush(self._heap, time.monotonic() + max(0.0, delay_s) + self.SLACK_S)
+
+    def take_due(self, now: float | None = None) -> None:
+        """Forget the due times passed by ``now`` (default: now; the poll about to run serves them)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._heap and self._heap[0] <= now:
+                heapq.heappop(self._heap)
+
+    def until_next(self, cap: float) -> float:
+        """Seconds until the next due time, at most ``cap``."""
+        with self._lock:
+            if not self._heap:
+                return cap
+            return min(cap, max(0.0, self._heap[0] - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -66,9 +118,12 @@ class RuntimeConfig:
     command_batch: int = 1
     fuel: int = abi.DEFAULT_FUEL
     retry_after: timedelta = timedelta(milliseconds=10)
-    idle_min_s: float = 0.001
-    idle_max_s: float = 0.05
-    timer_idle_max_s: float = 0.01
+    idle_min_s: float = 0.01
+    """The first wait after an empty poll when no bell rings (doubling to the cap)."""
+    idle_max_s: float = 0.1
+    """The longest a decider or worker waits without polling (work of other processes rings no bell)."""
+    timer_idle_max_s: float = 0.1
+    """The longest the timer loop sleeps when no timer this process scheduled falls due sooner."""
 
 
 class Runtime:
@@ -93,7 +148,8 @@ class Runtime:
         self.counts = {"decider": deciders, "worker": workers, "timers": timer_loops}
         self.stats = stats if stats is not None else RuntimeStats()
         self.errors: list[str] = []
-        self._bells = {"decider": Bell(), "worker": Bell(), "timers": Bell()}
+        self._bells = {role: Bell() for role in self.counts}
+        self._dues = _Dues()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._heartbeats = Heartbeats(self.open_store, self.config.command_lease, self.stats)
@@ -102,7 +158,7 @@ class Runtime:
         return self.database.open(self.tenant_id, clock=self.clock)
 
     def nudge(self) -> None:
-        """Tell idle deciders there may be work (after ``start_run``, ``send_signal``...)."""
+        """Tell one idle decider there may be work (after ``start_run``, ``send_signal``...)."""
         self._bells["decider"].ring()
 
     def start(self) -> Self:
@@ -126,7 +182,7 @@ class Runtime:
         """Stop every loop after its current poll, and close their stores."""
         self._stopping.set()
         for bell in self._bells.values():
-            bell.ring()
+            bell.close()
         for thread in self._threads:
             thread.join(timeout)
         self._heartbeats.stop()
@@ -164,24 +220,27 @@ class Runtime:
                 heartbeats=self._heartbeats,
                 on_done=self.nudge,
             )
-        return TimerLoop(store, stats=self.stats, on_fired=lambda n: self.nudge())
+        return TimerLoop(store, stats=self.stats, on_fired=self._bells["decider"].ring)
 
     def _committed(self, plan: Plan) -> None:
-        if plan.commands:
-            self._bells["worker"].ring()
+        self._bells["worker"].ring(len(plan.commands))  # one worker per new command
+        for timer in plan.timers:  # the timer loop sleeps until the earliest is due
+            self._dues.add(timer.delay.total_seconds() if timer.delay is not None else 0.0)
         if plan.timers:
             self._bells["timers"].ring()
 
     def _serve(self, role: str, name: str) -> None:
         bell = self._bells[role]
-        cap = self.config.timer_idle_max_s if role == "timers" else self.config.idle_max_s
+        timers = role == "timers"
+        cap = self.config.timer_idle_max_s if timers else self.config.idle_max_s
         idle = self.config.idle_min_s
         store: Storage | None = None
         component: _Pollable | None = None
         try:
             while not self._stopping.is_set():
-                mark = bell.mark()
                 done = 0
+                if timers:
+                    self._dues.take_due()
                 try:
                     if store is None or component is None:
                         store = self.open_store()
@@ -196,11 +255,13 @@ class Runtime:
                     self.stats.fault(role, str(exc))
                 except Exception:  # noqa: BLE001 -- a bug must not kill the loop silently: kept in .errors
                     self._error(role, traceback.format_exc())
-                if done:
+                if done:  # announced work rang the bell (its token wakes this wait at once)
                     idle = self.config.idle_min_s
+                if timers:  # sleep until the next due timer (a ring: a new timer was scheduled)
+                    bell.wait(self._dues.until_next(cap))
                     continue
-                rang = bell.wait(mark, idle)
-                idle = self.config.idle_min_s if rang else min(idle * 2, cap)
+                if not bell.wait(idle):
+                    idle = min(idle * 2, cap)
         finally:
             _close(store)
 

@@ -55,6 +55,40 @@ class FenceBroken(StorageError):
     """The final fenced UPDATE matched no row although the row lock was held."""
 
 
+class _DeferredBegin:
+    """The store's cursor on a dialect with ``fold_begin``: a transaction's BEGIN travels with its
+    first statement, in the same round trip when that statement takes no parameters (the clock
+    read that opens most write transactions), else just before it. Every statement of the
+    transaction, whatever path sends it, goes through here, so none can run before the BEGIN."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.pending: str | None = None
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        begin, self.pending = self.pending, None
+        if begin is not None:
+            if not params and ";" not in sql:
+                self._cursor.execute(f"{begin}; {sql}")
+                self._cursor.nextset()  # past the BEGIN's result, onto the statement's
+                return self
+            self._cursor.execute(begin)
+        self._cursor.execute(sql, params) if params else self._cursor.execute(sql)
+        return self
+
+    def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> Any:
+        begin, self.pending = self.pending, None
+        if begin is not None:
+            self._cursor.execute(begin)
+        return self._cursor.executemany(sql, seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def __iter__(self) -> Any:
+        return iter(self._cursor)
+
+
 class SqlPlumbing:
     """One open store: one connection, one tenant, one clock mode (the families add the operations)."""
 
@@ -74,7 +108,8 @@ class SqlPlumbing:
         self._now_sql = dialect.test_now if self.clock_mode is ClockMode.TEST else dialect.database_now
         try:
             self._conn = connections.connect()
-            self._cur = self._conn.cursor()
+            raw_cursor = self._conn.cursor()
+            self._cur: Any = _DeferredBegin(raw_cursor) if dialect.fold_begin else raw_cursor
         except dialect.driver_errors as exc:
             raise self._translate(exc) from exc
         self._depth = 0
@@ -120,12 +155,15 @@ class SqlPlumbing:
         cur = self._cur
         uow = UnitOfWork()
         self._uow, self._rollback_only = uow, False
-        try:
-            self.dialect.begin(cur, begin)
-        except self.dialect.driver_errors as exc:
-            self._uow = None
-            self._quiet_rollback()
-            raise self._translate(exc) from exc
+        if isinstance(cur, _DeferredBegin):
+            cur.pending = begin  # sent with the transaction's first statement
+        else:
+            try:
+                self.dialect.begin(cur, begin)
+            except self.dialect.driver_errors as exc:
+                self._uow = None
+                self._quiet_rollback()
+                raise self._translate(exc) from exc
         self._depth = 1
         try:
             yield cur
@@ -149,6 +187,9 @@ class SqlPlumbing:
 
     def _quiet_rollback(self) -> None:
         if self._dead is not None:
+            return
+        if isinstance(self._cur, _DeferredBegin) and self._cur.pending is not None:
+            self._cur.pending = None  # the BEGIN was never sent: nothing to roll back
             return
         with contextlib.suppress(Exception):  # no transaction, or the connection is gone
             self._cur.execute(self.dialect.rollback)

@@ -1,0 +1,184 @@
+"""The speed of the database alone: replay exactly the statements a workload sent (a benchmark tool).
+
+:class:`RecordingBackend` wraps a server backend (one with ``_connect``) so every
+connection the kit opens on a provisioned database records each statement with
+its parameters, grouped into transactions (``BEGIN``/``START TRANSACTION`` ...
+``COMMIT``/``ROLLBACK``; a statement outside one is a unit of its own). Units are
+numbered in the order they ended, which is an order the database itself
+serialised them in. :func:`replay` then runs every unit, in that order, on one
+raw connection to a fresh database of the same server, with no kit code in the
+loop: the time it takes is what the same work costs the database and the driver,
+the ceiling the kit's decisions per second are compared with.
+
+A replayed statement may fail where the original did not (a claim that skipped
+a row locked at the time takes it now, say); its unit is rolled back and counted,
+so a ceiling with many such failures is flagged by the caller, never hidden.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+__all__ = ["RecordingBackend", "Replay", "replay"]
+
+_OPENS = ("BEGIN", "START TRANSACTION", "SET TRANSACTION")
+_ENDS = ("COMMIT", "ROLLBACK")
+
+Statement = tuple[str, Any]
+"""(sql, parameters or None) exactly as the adapter handed them to the driver."""
+
+
+class _Log:
+    """Every finished unit of every recorded connection, in the order they finished."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.units: list[list[Statement]] = []
+        self.recording = True
+
+    def add(self, unit: list[Statement]) -> None:
+        with self.lock:
+            if self.recording and unit:
+                self.units.append(unit)
+
+
+class _Cursor:
+    def __init__(self, cursor: Any, session: _Session) -> None:
+        self._cursor = cursor
+        self._session = session
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self._session.note(sql, params)
+        return self._cursor.execute(sql) if params is None else self._cursor.execute(sql, params)
+
+    def executemany(self, sql: str, seq: Sequence[Any]) -> Any:
+        for params in seq:
+            self._session.note(sql, params)
+        return self._cursor.executemany(sql, seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def __iter__(self) -> Any:
+        return iter(self._cursor)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cursor.close()
+
+
+class _Session:
+    """One recorded connection: the statements of its open unit."""
+
+    def __init__(self, log: _Log) -> None:
+        self._log = log
+        self._open: list[Statement] = []
+        self._in_tx = False
+
+    def note(self, sql: str, params: Any) -> None:
+        head = sql.lstrip().upper()
+        self._open.append((sql, None if params is None else tuple(params)))
+        if head.startswith(_OPENS):
+            self._in_tx = True
+        if head.startswith(_ENDS) or not self._in_tx:
+            self._log.add(self._open)
+            self._open, self._in_tx = [], False
+
+
+class _Connection:
+    def __init__(self, connection: Any, log: _Log) -> None:
+        self._connection = connection
+        self._session = _Session(log)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return _Cursor(self._connection.cursor(*args, **kwargs), self._session)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+
+class RecordingBackend:
+    """``backend`` whose connections into provisioned databases record their statements."""
+
+    def __init__(self, backend: Any) -> None:
+        if not hasattr(backend, "_connect"):
+            raise TypeError(f"backend {backend.name!r} has no server connections to record")
+        self._backend = backend
+        self.log = _Log()
+        self._original = original = backend._connect
+
+        def connect(namespace: str | None) -> Any:
+            connection = original(namespace)
+            return connection if namespace is None else _Connection(connection, self.log)
+
+        backend._connect = connect
+
+    def stop(self) -> list[list[Statement]]:
+        """Stop recording (connections opened from now on are plain); the units recorded so far."""
+        with self.log.lock:
+            self.log.recording = False
+            self._backend.__dict__.pop("_connect", None)
+            return list(self.log.units)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+@dataclass
+class Replay:
+    """How long one raw connection took to replay the units, and how many failed."""
+
+    seconds: float = 0.0
+    statements: int = 0
+    units: int = 0
+    failed_units: int = 0
+    first_failure: str = field(default="")
+
+
+def replay(backend: Any, units: Sequence[Sequence[Statement]]) -> Replay:
+    """Replay ``units`` in order on one raw connection to a fresh database of ``backend``
+    (``backend`` unwrapped: its ``_connect`` is the plain one), then drop that database."""
+    database = backend.provision()
+    result = Replay(units=len(units))
+    try:
+        connection = backend._connect(database.namespace)
+        cursor = connection.cursor()
+        pipelined = hasattr(connection, "pipeline")  # psycopg: one round trip per unit
+        started = time.perf_counter()
+        for unit in units:
+            statements = [part for sql, params in unit for part in _split(sql, params, pipelined)]
+            result.statements += len(statements)
+            try:
+                if pipelined:
+                    with connection.pipeline():
+                        for sql, params in statements:
+                            cursor.execute(sql, params)
+                else:
+                    for sql, params in statements:
+                        cursor.execute(sql) if params is None else cursor.execute(sql, params)
+            except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
+                result.failed_units += 1
+                result.first_failure = result.first_failure or f"{type(exc).__name__}: {str(exc)[:120]}"
+                with contextlib.suppress(Exception):  # no transaction may be open
+                    cursor.execute("ROLLBACK")
+        result.seconds = time.perf_counter() - started
+        connection.close()
+    finally:
+        database.drop()
+    return result
+
+
+def _split(sql: str, params: Any, pipelined: bool) -> list[Statement]:
+    """The statement as the replay sends it: a BEGIN folded with its first statement is two in a
+    pipeline (which takes one statement per query, and still sends both in one round trip)."""
+    if pipelined and params is None and sql.lstrip().upper().startswith("BEGIN") and "; " in sql:
+        begin, rest = sql.split("; ", 1)
+        return [(begin, None), (rest, None)]
+    return [(sql, params)]

@@ -1,0 +1,52 @@
+"""Fewer round trips: where the driver can (``fold_begin``), a transaction's BEGIN travels with its
+parameterless first statement (the clock read), and never after any statement of the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from kit.contract import Backend, ClockMode
+from kit.pytest_plugin import use_backend
+
+
+@pytest.fixture(params=["postgres", "mysql", "sqlite"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    yield from use_backend(request.param)
+
+
+def _statements(backend: Backend, action: str) -> list[str]:
+    database = backend.provision()
+    seen: list[str] = []
+    try:
+        store = database.open("t", clock=ClockMode.TEST, statement_hook=seen.append)
+        try:
+            store.migrate()
+            seen.clear()
+            if action == "claim":
+                store.claim_runs("w1", timedelta(seconds=30), limit=1)
+            else:
+                store.get_run("run-1")
+        finally:
+            store.close()
+    finally:
+        database.drop()
+    return [s for s in seen if s != "COMMITTED"]
+
+
+def test_a_claim_opens_its_transaction_and_reads_the_clock_in_one_round_trip(backend: Backend) -> None:
+    statements = _statements(backend, "claim")
+    folds = bool(getattr(getattr(backend, "dialect", None), "fold_begin", False))
+    first = statements[0].upper()
+    assert first.startswith(("BEGIN", "SET TRANSACTION", "START TRANSACTION")), statements
+    if folds:
+        assert "; SELECT" in first, f"the BEGIN was sent on its own: {statements[:2]}"
+    assert statements[-1] == "COMMIT"
+
+
+def test_a_read_with_parameters_still_starts_its_transaction_first(backend: Backend) -> None:
+    statements = _statements(backend, "read")
+    assert statements[0].upper().startswith(("BEGIN", "SET TRANSACTION", "START TRANSACTION")), statements
+    assert any("kit_runs" in s for s in statements[1:])
