@@ -198,10 +198,11 @@ def test_the_block_probe_sees_a_row_lock_wait_while_another_client_polls_the_loc
 
 
 def _swallow(fn: Any) -> None:
-    try:
+    """Run ``fn``; its error (the waiter may time out or be rolled back) is not what is tested."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
         fn()
-    except Exception:  # noqa: BLE001 - only the probe's answers matter here
-        pass
 
 
 def test_innodb_status_text_is_read_per_session() -> None:
@@ -326,3 +327,40 @@ def test_deterministic_mode_refuses_a_store_it_cannot_schedule_naming_the_fix(
     assert main(["stress", "--backend", "memory", "--duration", "1", "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert "--mode free" in captured.err + captured.out
+
+
+def test_a_wait_inside_a_statement_hook_keeps_the_statement_for_the_block_probe() -> None:
+    """A pause fault parks inside the statement's hook; once granted the statement runs and may queue on
+    a lock, so that step must be probed like any statement (else it waits out the server's lock timeout)."""
+    import sqlite3
+
+    from kit.connections import HookedConnection
+
+    scheduler = Scheduler(1, stall_s=5.0)
+    part = scheduler.register("paused")
+    seen: list[Any] = []
+
+    def hook(statement: str) -> None:
+        scheduler.statement(statement)
+        if statement.startswith("SELECT"):
+            scheduler.park("pause 1.000 s")  # what a pause fault does inside the hook
+
+    def body() -> None:
+        scheduler.attach(part)
+        conn = HookedConnection(sqlite3.connect(":memory:"), hook)
+        try:
+            scheduler.park("begin")
+            conn.cursor().execute("SELECT 1")
+        finally:
+            conn.close()
+            scheduler.leave()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    for _ in range(3):  # begin, the statement's turn, the pause
+        assert scheduler.step() == "paused"
+        scheduler.settle()
+        seen.append(part.cursor)
+    thread.join(5)
+    assert seen[0] is not None and seen[1] is seen[0], "the pause's step runs the statement: probed on its cursor"
+    assert type(seen[0]).__name__ == "HookedCursor"
