@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,8 @@ CASES = {
     ("postgres", "claim_without_lock"): (1, 4.0),
     ("postgres", "fence_check_then_act"): (8, 6.0),
     ("sqlite", "fence_check_then_act"): (1, 4.0),
+    ("mysql", "claim_without_lock"): (1, 4.0),
+    ("mysql", "fence_check_then_act"): (4, 4.0),
 }
 """(backend, bug) -> (seed, store-clock seconds of faults) at which deterministic mode catches it."""
 
@@ -59,6 +62,18 @@ def _sqlite() -> Backend:
     from kit.backends import resolve
 
     return resolve("sqlite")
+
+
+def _server(name: str) -> Backend:
+    """A server backend, skipped when unreachable (failed when ``KIT_REQUIRE_BACKENDS`` names it)."""
+    from kit.backends import resolve
+
+    try:
+        return resolve(name)
+    except BackendUnavailable as exc:
+        if name in required_backends():
+            pytest.fail(f"not-reachable: {exc} (required by KIT_REQUIRE_BACKENDS)", pytrace=False)
+        pytest.skip(f"not-reachable: {exc}")
 
 
 BUGS = [b for b in STRESS_BUGS if (b.backend, b.name) in CASES]
@@ -107,6 +122,106 @@ def test_the_same_seed_gives_the_same_history_with_every_fault(tmp_path: Path) -
     assert first.history.read_text() == second.history.read_text()
     faults = [json.loads(line) for line in first.history.read_text().splitlines() if '"f":"fault"' in line]
     assert faults, "the nemesis delivered faults during the run"
+
+
+@pytest.mark.parametrize("name", ["postgres", "mysql"])
+def test_the_same_seed_gives_the_same_history_on_a_server_whose_statements_wait_on_locks(
+        name: str, tmp_path: Path) -> None:
+    backend = _server(name)
+    try:
+        config = StressConfig(seed=1, duration_s=3.0, workers=2, runs=4, faults=ALL_FAULTS, mode="deterministic")
+        first = run_stress(backend, config, report_root=tmp_path / "a")
+        second = run_stress(backend, config, report_root=tmp_path / "b")
+    finally:
+        backend.close()
+    assert not first.errors and not second.errors, first.errors + second.errors
+    assert first.schedule == second.schedule and len(first.schedule) > 100
+    assert first.history.read_text() == second.history.read_text()
+    assert json.loads((first.folder / "schedule.json").read_text())["blocks"] > 0, "statements queued on locks"
+
+
+_POLL_LOCK_VIEWS = {
+    "mysql": "SELECT COUNT(*) FROM information_schema.innodb_trx",
+    "postgres": "SELECT COUNT(*) FROM pg_locks WHERE NOT granted",
+}
+"""What another client (a monitor, another kit run on the same server) might poll: the lock views."""
+
+
+@pytest.mark.parametrize("name", sorted(_POLL_LOCK_VIEWS))
+def test_the_block_probe_sees_a_row_lock_wait_while_another_client_polls_the_lock_views(name: str) -> None:
+    from kit.workload.scheduler import Participant
+    from kit.workload.virtual import block_probe
+
+    backend = _server(name)
+    database: Any = backend.provision()
+    server, namespace = database.backend, database.namespace
+    holder, waiter, poller = (server._connect(namespace) for _ in range(3))
+    stop, probe = threading.Event(), block_probe(backend, database)
+    assert probe is not None
+    try:
+        for sql in ("CREATE TABLE kit_probe_rows (id INTEGER NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
+                    "INSERT INTO kit_probe_rows (id, v) VALUES (1, 0)", "BEGIN",
+                    "UPDATE kit_probe_rows SET v = v + 1 WHERE id = 1"):
+            holder.cursor().execute(sql)
+
+        def poll() -> None:  # polls every millisecond, like a probe or a monitor would
+            cur = poller.cursor()
+            while not stop.is_set():
+                cur.execute(_POLL_LOCK_VIEWS[name])
+                cur.fetchall()
+                time.sleep(0.001)
+
+        polling = threading.Thread(target=poll, daemon=True)
+        polling.start()
+        time.sleep(0.2)
+        part = Participant("waiter", 0)
+        part.meta["session"] = waiter.info.backend_pid if name == "postgres" else waiter.thread_id()
+        assert probe(part, True) is False, "an idle session waits on nothing"
+        blocked = threading.Thread(target=lambda: _swallow(lambda: waiter.cursor().execute(
+            "UPDATE kit_probe_rows SET v = v + 10 WHERE id = 1")), daemon=True)
+        blocked.start()
+        time.sleep(0.3)
+        assert blocked.is_alive(), "the waiter's UPDATE queued on the holder's row lock"
+        assert probe(part, True) is True
+        holder.cursor().execute("ROLLBACK")
+        blocked.join(5)
+        assert probe(part, True) is False
+    finally:
+        stop.set()
+        close = getattr(probe, "close", None)
+        if close is not None:
+            close()
+        for conn in (holder, waiter, poller):
+            conn.close()
+        database.drop()
+        backend.close()
+
+
+def _swallow(fn: Any) -> None:
+    """Run ``fn``; its error (the waiter may time out or be rolled back) is not what is tested."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        fn()
+
+
+def test_innodb_status_text_is_read_per_session() -> None:
+    from kit.workload.virtual import innodb_lock_wait
+
+    status = ("=====\nTRANSACTIONS\n------------\nTrx id counter 9\nLIST OF TRANSACTIONS FOR EACH SESSION:\n"
+              "---TRANSACTION 7, ACTIVE 2 sec inserting\nmysql tables in use 1, locked 1\n"
+              "LOCK WAIT 2 lock struct(s), heap size 1128, 1 row lock(s)\n"
+              "MariaDB thread id 41, OS thread handle 1, query id 3 127.0.0.1 root Update\n"
+              "---TRANSACTION 6, ACTIVE 2 sec\n2 lock struct(s), heap size 1128, 1 row lock(s)\n"
+              "MySQL thread id 4, OS thread handle 2, query id 5 127.0.0.1 root\n"
+              "--------\nFILE I/O\n--------\nMariaDB thread id 5, LOCK WAIT \n")
+    assert innodb_lock_wait(status, 41) is True
+    assert innodb_lock_wait(status, 4) is False
+    assert innodb_lock_wait(status, 5) is False  # only the transaction list counts
+    cut = status.split("---TRANSACTION 6")[0] + "\n...truncated...\n--------\nFILE I/O\n"  # the server's cap
+    assert innodb_lock_wait(cut, 41) is True
+    assert innodb_lock_wait(cut, 4) is None
+    assert innodb_lock_wait("no transactions section", 41) is None
 
 
 def test_a_shortened_schedule_ends_the_run_and_a_diverging_one_is_counted(tmp_path: Path) -> None:
@@ -212,3 +327,40 @@ def test_deterministic_mode_refuses_a_store_it_cannot_schedule_naming_the_fix(
     assert main(["stress", "--backend", "memory", "--duration", "1", "--no-progress"]) == 2
     captured = capsys.readouterr()
     assert "--mode free" in captured.err + captured.out
+
+
+def test_a_wait_inside_a_statement_hook_keeps_the_statement_for_the_block_probe() -> None:
+    """A pause fault parks inside the statement's hook; once granted the statement runs and may queue on
+    a lock, so that step must be probed like any statement (else it waits out the server's lock timeout)."""
+    import sqlite3
+
+    from kit.connections import HookedConnection
+
+    scheduler = Scheduler(1, stall_s=5.0)
+    part = scheduler.register("paused")
+    seen: list[Any] = []
+
+    def hook(statement: str) -> None:
+        scheduler.statement(statement)
+        if statement.startswith("SELECT"):
+            scheduler.park("pause 1.000 s")  # what a pause fault does inside the hook
+
+    def body() -> None:
+        scheduler.attach(part)
+        conn = HookedConnection(sqlite3.connect(":memory:"), hook)
+        try:
+            scheduler.park("begin")
+            conn.cursor().execute("SELECT 1")
+        finally:
+            conn.close()
+            scheduler.leave()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    for _ in range(3):  # begin, the statement's turn, the pause
+        assert scheduler.step() == "paused"
+        scheduler.settle()
+        seen.append(part.cursor)
+    thread.join(5)
+    assert seen[0] is not None and seen[1] is seen[0], "the pause's step runs the statement: probed on its cursor"
+    assert type(seen[0]).__name__ == "HookedCursor"

@@ -161,18 +161,34 @@ class Actor:
         if pair is not None:
             self._retire(pair[1])
             _close(pair[0])
+            self._gone(pair[0])
             self._closed()
 
     def _close_all(self) -> None:
         for store, hook in self._stores.values():
             self._retire(hook)
             _close(store)
+            self._gone(store)
         self._stores.clear()
         self._closed()
 
     def _closed(self) -> None:
         if self.ctx.det is not None:  # a closed connection holds no lock any more
             self.ctx.det.scheduler.transaction_ended()
+
+    def _gone(self, store: Storage) -> None:
+        """Deterministic mode: return once the server has ended a closed store's session.
+
+        A server rolls back a dropped or closed session's transaction when it notices, at a time
+        of its own: a statement queued on that session's locks would then resume between two
+        scheduling decisions, and the next choice would depend on timing. Ending the session
+        here (``kill_session`` waits until it is gone) releases its locks inside this step.
+        """
+        if self.ctx.det is None or getattr(store, "session_id", None) is None:
+            return
+        if self.ctx.can(Capability.KILL_SESSION):
+            with contextlib.suppress(Exception):  # already gone is what is wanted
+                self.ctx.database.kill_session(store)
 
     def _retire(self, hook: StressFaults) -> None:
         self._retired = (self._retired[0] + hook.committed, self._retired[1] + hook.writes)

@@ -15,7 +15,9 @@ so every verdict and witness) is the same, run after run; a run that violates
 an invariant saves ``bundle.json`` beside its history (see
 :mod:`kit.workload.replay`). The one source of divergence left is a lock
 wait that resolves on its own (a deadlock victim, a lock timeout): it is
-reported as a harness note.
+reported as a harness note. Waits that end when a closed or dropped session
+is rolled back are not among them: the closing actor ends its session on the
+server before it moves on (:meth:`~kit.workload.actor.Actor._gone`).
 """
 
 from __future__ import annotations

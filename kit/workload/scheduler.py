@@ -16,7 +16,8 @@ Guarantees:
   the schedule alone, not on timing.
 * Blocking is detected by a short wait on the granted participant's thread,
   confirmed by a backend probe when one is given (PostgreSQL:
-  ``pg_blocking_pids``, InnoDB's lock waits; the session is read from the
+  ``pg_blocking_pids``; MySQL / MariaDB: the process list's lock states and
+  ``SHOW ENGINE INNODB STATUS``, read live; the session is read from the
   statement's cursor on the participant's own stack); without a probe, a step
   begun at a statement and still running after the short wait, while another
   participant holds an open transaction, counts as blocked. A transaction's
@@ -171,6 +172,8 @@ class Scheduler:
         part = self.current()
         if part is None:
             return
+        if cursor is None:  # a wait inside a statement's hook (a pause fault): once granted, that statement
+            cursor = _own_cursor(None)  # runs, and may queue on a lock, so it is probed as any statement
         with self._cond:
             if part.halted:
                 raise Halted(part.name)
@@ -361,10 +364,11 @@ class Scheduler:
         return stuck
 
 
-def _own_cursor() -> Any:
+def _own_cursor(outside: Any = True) -> Any:
     """The hooked cursor whose ``execute`` called the current thread's statement hook (``True`` for a
-    wire store's call, whose statements run in another process). Reads the calling thread's own stack
-    only: another thread's running frames cannot be walked safely."""
+    wire store's call, whose statements run in another process; ``outside`` when no statement is on the
+    stack). Reads the calling thread's own stack only: another thread's running frames cannot be
+    walked safely."""
     frame: Any = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
@@ -373,4 +377,4 @@ def _own_cursor() -> Any:
         if code.co_name == "call" and code.co_filename.endswith(("wire/client.py", "wire\\client.py")):
             return True
         frame = frame.f_back
-    return True
+    return outside

@@ -29,7 +29,7 @@ from kit.contract import Backend, ClockMode, Database, Storage
 from kit.workload.history import INFO, OK, Recorder
 from kit.workload.scheduler import BlockProbe, Halted, Participant, Scheduler
 
-__all__ = ["ClockTicker", "Gate", "Virtual", "block_probe", "session_of"]
+__all__ = ["ClockTicker", "Gate", "Virtual", "block_probe", "innodb_lock_wait", "session_of"]
 
 TICK_FRACTION = 0.125
 """A clock step is 0.5-1.5x this fraction of the lease (seeded): eight steps a lease on average."""
@@ -152,8 +152,7 @@ def block_probe(backend: Backend, database: Database) -> BlockProbe | None:
     if name == "postgres":
         sql = "SELECT cardinality(pg_blocking_pids(%s::integer))"
     elif name == "mysql":
-        sql = ("SELECT COUNT(*) FROM information_schema.innodb_trx "
-               "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'")
+        return _InnodbProbe(server, _PROCESS_WAIT)
     else:
         return None
     return _ServerProbe(server, sql)
@@ -189,6 +188,64 @@ class _ServerProbe:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None
+
+
+_PROCESS_WAIT = ("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s AND "
+                 "(STATE LIKE 'Waiting for%%lock%%' OR STATE IN ('User lock', 'Locked'))")
+"""A session waiting on a lock outside InnoDB's row locks: metadata (DDL), table, backup or ``GET_LOCK``."""
+
+
+class _InnodbProbe(_ServerProbe):
+    """MySQL / MariaDB: a server-level lock wait (the process list), else an InnoDB row-lock wait.
+
+    Row-lock waits are read from ``SHOW ENGINE INNODB STATUS``, which InnoDB writes live. Never from
+    ``information_schema.INNODB_TRX`` / ``INNODB_LOCK_WAITS``: those are served from a cache that
+    InnoDB refreshes only after 0.1 s without a reader, so a probe asking every few milliseconds (or
+    any other client polling them) keeps reading a snapshot taken before the wait began, and a
+    blocked statement is taken for a running one until the server's lock wait timeout ends it.
+    """
+
+    def __call__(self, part: Participant, cursor: Any) -> bool | None:
+        session = part.meta.get("session") or getattr(part.session, "session_id", None)
+        if session is None:
+            return None
+        try:
+            if self._conn is None:
+                self._conn = self.server._connect(None)
+            cur = self._conn.cursor()
+            try:
+                cur.execute(self.sql, (int(session),))
+                row = cur.fetchone()
+                if row and row[0]:
+                    return True
+                cur.execute("SHOW ENGINE INNODB STATUS")
+                status = cur.fetchone()
+            finally:
+                cur.close()
+        except Exception:  # noqa: BLE001 - an unanswered probe falls back to the short wait
+            self.close()
+            return None
+        return innodb_lock_wait(str(status[2]) if status else "", int(session))
+
+
+def innodb_lock_wait(status: str, session: int) -> bool | None:
+    """Whether ``SHOW ENGINE INNODB STATUS`` text shows ``session``'s transaction waiting on a lock.
+
+    ``None`` when the transaction list was cut short (the server caps the text) before naming it.
+    """
+    start = status.find("\nTRANSACTIONS\n")
+    if start < 0:
+        return None
+    section = status[start:]
+    end = section.find("\n--------\nFILE I/O")
+    section = section if end < 0 else section[:end]
+    marker = f" thread id {session},"
+    for block in section.split("\n---TRANSACTION ")[1:]:
+        if marker in block:
+            return "\nLOCK WAIT " in block
+    if "truncated" in section.lower():
+        return None
+    return False  # no transaction of that session is open in InnoDB: nothing it could wait on there
 
 
 def session_of(cursor: Any) -> int | None:
