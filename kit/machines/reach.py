@@ -184,8 +184,11 @@ class ReachSteps:
                 if again:
                     reads["load_claimed history payload"] = lambda: _history0(store.load_claimed(again[0]))
                 changed = []
-                for where, read in reads.items():
-                    for stack, got in (("shallow", read), ("deep", lambda read=read: from_deep_stack(read))):
+                for where, read in reads.items():  # each from a deep stack; history from a shallow one too
+                    stacks: list[tuple[str, Callable[[], Any]]] = [("deep", partial(from_deep_stack, read))]
+                    if where == "get_history payload":
+                        stacks.append(("shallow", read))
+                    for stack, got in stacks:
                         shape: tuple[Any, Any]
                         try:
                             shape = nesting_of(got())
