@@ -522,6 +522,25 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         for holder in sorted({who for (who, r) in self.live_runs() if r == run}):
             self.step({"op": "load", "worker": holder, "run": run})
 
+    @precondition(lambda self: self.can("commands"))
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), claimed=st.booleans())
+    def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
+        """A decider schedules a command, claims its run again and consumes the command before it has a
+        result (pending, or claimed by a worker): refused, nothing consumed."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if not mine:
+            return
+        run = mine[0]
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "cu", "queue": "eager", "max_attempts": 2}]}})
+        if claimed:
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["eager"]})
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+                "status": "pending", "consume": False, "consume_commands": ["cu"]}})
+
     @precondition(lambda self: self.can("commands", "leases", "test_clock"))
     @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
           op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
