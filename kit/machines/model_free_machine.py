@@ -522,6 +522,26 @@ class _ModelFreeMachine(RuleBasedStateMachine):
             self.step({"op": "load", "worker": holder, "run": run})
 
     @precondition(lambda self: self.can("commands"))
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), error=small_json,
+          retryable=st.booleans())
+    def failure_reaches_the_decider(self, decider: str, w: str, error: Any, retryable: bool) -> None:
+        """A command with one attempt fails (for good, whether or not it asks for a retry); the decider claims
+        the run again and loads it: the failure is in the snapshot."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if not mine:
+            return
+        run = mine[0]
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "blocked", "commands": [{"key": "cz", "queue": "once", "max_attempts": 1}]}})
+        self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["once"]})
+        if any((who, r, k) == (w, run, "cz") for (who, r, k) in self.held_commands()):
+            self.step(_command_step("fail", w, run, "cz", error, retryable))
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "load", "worker": decider, "run": run})
+
+    @precondition(lambda self: self.can("commands"))
     @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), claimed=st.booleans())
     def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
         """A decider schedules a command, claims its run again and consumes the command before it has a
