@@ -699,6 +699,14 @@ class _Machine(RuleBasedStateMachine):
         self.step({"op": "interleave", "at": at, "ops": ops})
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(**_WAKE)
+    def wake_lands_after_the_decisions_read(self, pair: list[str], kind: str) -> None:
+        """As ``interleave_wake`` with the waking write parked at its COMMIT while the blocking decision runs
+        up to its first locking statement (every plain read of the run done): the write commits there, and the
+        decision must still see it (a commit deciding on a read taken before its lock loses the wake-up)."""
+        self.interleave_wake(pair, kind, "wake_first", "first_lock")
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
           events=st.sampled_from((0, 1, 2)), status=st.sampled_from(("blocked", "pending", "completed")))
     def overlapping_duplicate_commit(self, pair: list[str], at: str, events: int, status: str) -> None:
