@@ -70,6 +70,15 @@ def test_queue_machine_kills_seeded_bug_and_its_bundle_replays(bug: QueueBug, tm
     assert replay(loaded, MemoryQueueBackend()).divergence is None, "the bundle fails the correct queue too"  # type: ignore[arg-type]
 
 
+def test_queue_machine_kills_a_claim_race() -> None:
+    """The claim that reads its candidate and marks it running in two steps hands one job to two racing workers:
+    the machine's racing claims (several threads at once, many times per run) catch it."""
+    bug = next(b for b in QUEUE_BUGS if b.name == "racy_claim")
+    outcome = run_queue_machine(bug.make_backend(), "quick", SEED, shrink=False)
+    assert outcome.failure is not None, f"the queue machine missed racy_claim in {outcome.examples} examples"
+    assert outcome.failure["divergence"]["kind"] == "double_claim", outcome.failure["message"]
+
+
 def test_queue_machine_passes_the_reference_queue() -> None:
     outcome = run_queue_machine(MemoryQueueBackend(), "quick", SEED)
     assert outcome.ok, (outcome.failure, outcome.error)

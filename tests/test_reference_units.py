@@ -53,3 +53,15 @@ def test_the_open_unit_reads_rows_committed_beside_it_and_ids_never_repeat() -> 
         assert holder.send_signal("r", "go", 2, "k2").created
     ids = [s.signal_id for s in other.list_signals("r")]
     assert [s.dedup_key for s in other.list_signals("r")] == ["k1", "k2"] and len(set(ids)) == 2
+
+
+def test_writes_that_change_nothing_beside_an_open_unit_leave_the_unit_whole() -> None:
+    """A second store's write that changes nothing (a signal to an absent run), before and after the unit's own
+    write, leaves the open unit intact: it commits, with its write (two units with equal tables are still two)."""
+    holder, other = _stores()
+    ref = holder.ensure_definition("wf", "1", digest_of(b"x"), b"x").ref
+    with holder.transaction():
+        assert other.send_signal("absent", "go", {"n": 0}, "first").outcome.value == "not_found"
+        holder.start_run("unit-run", ref, {"by": "unit"})
+        assert other.send_signal("absent", "go", {"n": 1}, "later").outcome.value == "not_found"
+    assert [r.run_id for r in other.list_runs()] == ["unit-run"]

@@ -16,7 +16,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kit.connections import COMMIT_POINT
@@ -43,6 +43,7 @@ from kit.inspect import observable_state, run_state
 from kit.machines import progress
 from kit.machines.invariants import violations
 from kit.machines.normalize import normalize
+from kit.machines.reach import ReachSteps
 from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
 from kit.machines.steps import describe
 from kit.migrate import Migration
@@ -117,7 +118,7 @@ class _Run:
 
 
 @dataclass
-class Interpreter:
+class Interpreter(ReachSteps):
     """Steps on ``backend`` (in ``database`` if given: the caller then owns and drops it)."""
 
     backend: Backend
@@ -488,16 +489,21 @@ class Interpreter:
         """
         resolution = self.capabilities.clock_resolution_us
 
-        def probe(side: Side) -> str:
+        def probe(side: Side) -> list[str]:
             store = side.database.open(side.workers[CLOCK_WORKER].tenant, clock=ClockMode.DATABASE)
             try:
                 with store.transaction():
                     first = store.now()
                     _wait_us(2 * max(resolution, 1))
                     second = store.now()
+                host = datetime.now(UTC)
             finally:
                 store.close()
-            return "clock moves inside a transaction" if second > first else "clock frozen inside a transaction"
+            moving = "clock moves inside a transaction" if second > first else "clock frozen inside a transaction"
+            # the server's current time: within an hour of this host's (a wrong zone or a frozen clock is not)
+            server = "clock reads server time" if abs(second - host) < timedelta(hours=1) else \
+                f"clock is {second - host} off this host's"
+            return [moving, server]
 
         if Capability.DATABASE_CLOCK not in self.capabilities:
             return "skipped: no database_clock", "skipped: no database_clock"

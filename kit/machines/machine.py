@@ -155,6 +155,8 @@ class _Machine(RuleBasedStateMachine):
         self.interp = Interpreter(self.backend, database=type(self)._database())
         self.caps = self.backend.capabilities
         self.probed = False
+        self.fresh_schema_done = False
+        self.deep_done = False
 
     @classmethod
     def _database(cls) -> Any:
@@ -702,6 +704,14 @@ class _Machine(RuleBasedStateMachine):
         self.step({"op": "interleave", "at": at, "ops": ops})
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(**_WAKE)
+    def wake_lands_after_the_decisions_read(self, pair: list[str], kind: str) -> None:
+        """As ``interleave_wake`` with the waking write parked at its COMMIT while the blocking decision runs
+        up to its first locking statement (every plain read of the run done): the write commits there, and the
+        decision must still see it (a commit deciding on a read taken before its lock loses the wake-up)."""
+        self.interleave_wake(pair, kind, "wake_first", "first_lock")
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
           events=st.sampled_from((0, 1, 2)), status=st.sampled_from(("blocked", "pending", "completed")))
     def overlapping_duplicate_commit(self, pair: list[str], at: str, events: int, status: str) -> None:
@@ -930,9 +940,121 @@ class _Machine(RuleBasedStateMachine):
         if run is not None:
             self.step({"op": "commit", "worker": w, "run": run, "revision": revision, "decision": decision})
 
-    @rule(variant=st.sampled_from(("newer_schema", "pending", "again")))
+    # -- weight: a second entry for the rare sequences that matter most ------------------------
+    # Hypothesis draws a rule uniformly among the enabled ones (and disables a random share of rules per
+    # example), so a sequence built by one rule among ~50 may be missing from a whole seed's examples; each
+    # rule below gives one of them a second, independently enabled entry.
+    @rule(w=st.sampled_from(TENANT_A), other=st.sampled_from(TENANT_A),
+          status=st.sampled_from(("completed", "failed", "cancelled")),
+          then=st.sampled_from(("cancel", "signal")))
+    def input_after_close(self, w: str, other: str, status: str, then: str) -> None:
+        """As ``terminal_then_input``, with a cancel or a signal after the run closed."""
+        self.terminal_then_input(w, other, status, then)
+
+    @precondition(lambda self: self.has(Capability.UNIT_OF_WORK))
+    @rule(w=st.sampled_from(TENANT_A), run=st.sampled_from(UNIT_RUNS),
+          mode=st.sampled_from(("outer_fails", "commit_fails")), payload=small_json)
+    def failing_unit_of_work(self, w: str, run: str, mode: str, payload: Any) -> None:
+        """As ``unit_of_work``, ending in a failure: after its nested block succeeded, or at COMMIT."""
+        self.unit_of_work(w, run, mode, payload)
+
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), attempts=st.sampled_from((1, 2)),
+          retry_ms=st.sampled_from((0, 1)), error=small_json, last=st.sampled_from(("fail", "complete")))
+    def attempts_run_out(self, decider: str, w: str, attempts: int, retry_ms: int, error: Any, last: str) -> None:
+        """As ``exhaust_attempts``, with few attempts."""
+        self.exhaust_attempts(decider, w, attempts, retry_ms, error, last)
+
+    @rule(pair=st.permutations(TENANT_A), kind=st.sampled_from(("signal", "complete", "fire_timers", "cancel")),
+          events=st.booleans())
+    def wake_between_load_and_commit(self, pair: list[str], kind: str, events: bool) -> None:
+        """As ``input_during_decision``."""
+        self.input_during_decision(pair, kind, events)
+
+    @precondition(lambda self: self.has(Capability.STATEMENT_FAULTS) or self.has(Capability.KILL_SESSION))
+    @rule(w=st.sampled_from(TENANT_A), at=st.integers(2, 14), status=st.sampled_from(("blocked", "pending", "completed")),
+          events=st.integers(1, 2))
+    def crash_inside_decision(self, w: str, at: int, status: str, events: int) -> None:
+        """A decision with events, a command and a timer (statements spread over the whole commit) whose
+        session dies before statement ``at``: the decision lands whole or not at all."""
+        run = self._claim_for(w)
+        if run is None:
+            return
+        decision: dict[str, Any] = {"status": status, "events": [{"kind": "step", "payload": i} for i in range(events)],
+                                    "commands": [{"key": "cf", "max_attempts": 2}], "timers": [{"key": "tf", "delay_ms": 5}]}
+        if status == "completed":
+            decision["output"] = {"done": at}
+        self.step({"op": "crash_during", "at": at, "inner": {"op": "commit", "worker": w, "run": run, "decision": decision}})
+
+    @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((0, 0, 1)), op=st.sampled_from(("complete", "fail",
+                                                                                               "heartbeat")))
+    def command_call_after_expiry(self, w: str, offset: int, op: str) -> None:
+        """A worker acts on its command exactly when (or just after) its lease expired, nobody having
+        reclaimed it: refused, changing nothing."""
+        self.command_boundary(w, offset, op, {"late": offset})
+
+    @rule(variant=st.sampled_from(("newer_schema", "pending", "again", "absent", "concurrent_migrate",
+                                   "failed_migration")))
     def schema_drift(self, variant: str) -> None:
-        self.step({"op": "schema_drift", "variant": variant})
+        """The code's migrations drift from the database's; or (once per example, it provisions a database)
+        a database never migrated: verify fails closed as absent, racing first migrations apply each file
+        once, a migration failing half-way is not recorded and reruns."""
+        if variant in ("newer_schema", "pending", "again"):
+            self.step({"op": "schema_drift", "variant": variant})
+        elif not self.fresh_schema_done:
+            self.fresh_schema_done = True
+            self.step({"op": "fresh_schema", "variant": variant})
+        else:
+            self.step({"op": "schema_drift", "variant": "again"})
+
+    @rule(data=st.data(), what=st.sampled_from(("start", "signal", "commit", "complete", "fail", "load", "read_back")),
+          w=st.sampled_from(TENANT_A), run=runs)
+    def poked_values(self, data: Any, what: str, w: str, run: str) -> None:
+        """A write or a read, after which the caller scribbles over every object it handed in or got back
+        (input, event, output, signal, result, error payloads; runs, history, snapshots, claims): nothing
+        stored may change, not even a terminal run's."""
+        payload = {"tag": what, "list": [1, {"n": 1}], "obj": {"inner": ["x"]}}
+        if what == "start":
+            self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+            self.step({"op": "poke", "inner": {"op": "start", "worker": w, "run": run, "idem": None, "input": payload}})
+        elif what == "signal":
+            self.step({"op": "poke", "inner": {"op": "signal", "worker": w, "run": self.pick_existing(data),
+                                               "key": "poked", "payload": payload}})
+        elif what == "read_back":
+            self.step({"op": "poke", "inner": {"op": "read_back", "worker": w, "run": self.pick_existing(data)}})
+        elif what in ("commit", "load"):
+            held = self._claim_for(w)
+            if held is None:
+                return
+            if what == "load":
+                self.step({"op": "poke", "inner": {"op": "load", "worker": w, "run": held}})
+                return
+            status = data.draw(st.sampled_from(("completed", "failed", "pending")), label="status")
+            decision: dict[str, Any] = {"status": status, "events": [{"kind": "step", "payload": payload}]}
+            if status == "pending":
+                decision["commands"] = [{"key": "cp", "input": payload, "max_attempts": 2}]
+            else:
+                decision["output" if status == "completed" else "error"] = payload
+            self.step({"op": "poke", "inner": {"op": "commit", "worker": w, "run": held, "decision": decision}})
+        else:
+            taken = self._claim_a_command(w)
+            if taken is not None:
+                self.step({"op": "poke", "inner": _command_step(what, w, *taken, payload, True)})
+
+    @precondition(lambda self: not self.deep_done)
+    @rule(w=st.sampled_from(TENANT_A))
+    def deep_payload(self, w: str) -> None:
+        """Once per example: a payload nested exactly to the depth limit is stored and reads back whole through
+        every read, from a shallow and from a deep call stack."""
+        self.deep_done = True
+        self.step({"op": "deep_payload", "worker": w})
+
+    @precondition(lambda self: self.has(Capability.UNIT_OF_WORK))
+    @rule(pair=st.permutations(TENANT_A), what=st.sampled_from(("start", "signal")), run=runs)
+    def beside_unit(self, pair: list[str], what: str, run: str) -> None:
+        """A write through a second store on the thread holding another store's open unit of work (before
+        and after the unit's own write): refused with a TransientError, or there after the unit commits."""
+        self.step({"op": "beside_unit", "worker": pair[0], "other": pair[1], "what": what,
+                   "run": self._existing_or(run) if what == "signal" else run})
 
 
 def _command_step(op: str, w: str, run: str, key: str, result: Any, retryable: bool) -> dict[str, Any]:

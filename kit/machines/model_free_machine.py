@@ -256,16 +256,67 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
         self.step({"op": "start", "worker": w, "run": run, "idem": idem, "input": payload})
 
+    def _existing_or(self, run: str) -> str:
+        """An existing run of tenant a chosen by ``run``'s position in the pool (no extra draw), else ``run``."""
+        existing = self.existing_runs()
+        return existing[RUNS.index(run) % len(existing)] if existing and run in RUNS else run
+
     @precondition(lambda self: self.can("tenancy"))
     @rule(run=runs, decision=decisions())
     def same_run_id_in_other_tenant(self, run: str, decision: dict[str, Any]) -> None:
-        """Tenant b starts and decides a run whose id tenant a may use too: nothing may cross tenants."""
+        """Tenant b starts and decides (always with an event) a run whose id tenant a uses too, when tenant a
+        has runs: nothing may cross tenants, each run's history counts from 1 in its own tenant."""
         self.step({"op": "define", "worker": "w3", "name": "wf", "body": "v1"})
-        self.step({"op": "start", "worker": "w3", "run": run})
+        self.step({"op": "start", "worker": "w3", "run": self._existing_or(run)})
         self.step({"op": "claim_runs", "worker": "w3", "limit": 3})
         for held in sorted({r for (who, r) in self.live_runs() if who == "w3"}):
             self.step({"op": "load", "worker": "w3", "run": held})
-            self.step({"op": "commit", "worker": "w3", "run": held, "decision": decision})
+            events = [*decision.get("events", ()), {"kind": "step", "payload": "tenant-b"}]
+            self.step({"op": "commit", "worker": "w3", "run": held, "decision": {**decision, "events": events}})
+
+    @precondition(lambda self: self.can("tenancy"))
+    @rule(w=st.sampled_from(TENANT_A), run=runs, first=st.sampled_from(("a", "b")))
+    def colliding_run_histories(self, w: str, run: str, first: str) -> None:
+        """One run id in two tenants, each deciding with events (tenant ``first`` before the other): each
+        history numbers its entries 1, 2, ... on its own, whatever the other tenant's run holds."""
+        run = self._existing_or(run)
+        for tenant_worker in (("w3", w) if first == "b" else (w, "w3")):
+            self.step({"op": "define", "worker": tenant_worker, "name": "wf", "body": "v1"})
+            self.step({"op": "start", "worker": tenant_worker, "run": run})
+            self.step({"op": "claim_runs", "worker": tenant_worker, "limit": 3})
+            if (tenant_worker, run) in self.live_runs():
+                self.step({"op": "load", "worker": tenant_worker, "run": run})
+                self.step({"op": "commit", "worker": tenant_worker, "run": run, "decision": {
+                    "status": "pending", "events": [{"kind": "step", "payload": tenant_worker}]}})
+
+    @rule(w=workers, other=workers, same_run=st.sampled_from((False, False, True)),
+          key=st.sampled_from(("i0", "i1", "I0") + IDEMS[-2:]))
+    def idempotent_retry(self, w: str, other: str, same_run: bool, key: str) -> None:
+        """A start retried with the same idempotency key, under a fresh run id or the same one (maybe from
+        another connection): the key's first run answers, never a second run for one key."""
+        first = f"idem-{len(self.interp.steps)}"
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        self.step({"op": "start", "worker": w, "run": first, "idem": key})
+        self.step({"op": "define", "worker": other, "name": "wf", "body": "v1"})
+        self.step({"op": "start", "worker": other, "run": first if same_run else f"{first}-retry", "idem": key})
+
+    @rule(w=workers, which=st.sampled_from(("run", "run", "idem", "signal", "signal")),
+          variant=st.sampled_from((("Key", "key"), ("key", "Key"), ("s0", "S0"), ("\u00e9", "e\u0301"))))
+    def case_variant_keys(self, w: str, which: str, variant: tuple[str, str]) -> None:
+        """Keys differing only in case (or in Unicode normalisation) are different keys: two runs, two
+        idempotency keys, two signals; each answer names the key asked for."""
+        a, b = variant
+        self.step({"op": "define", "worker": w, "name": "wf", "body": "v1"})
+        if which == "run":
+            for run in (a, b):
+                self.step({"op": "start", "worker": w, "run": run})
+        elif which == "idem":
+            self.step({"op": "start", "worker": w, "run": "r1", "idem": a})
+            self.step({"op": "start", "worker": w, "run": "r2", "idem": b})
+        elif self.can("signals"):
+            run = self._existing_or("r0")
+            for key in (a, b):
+                self.step({"op": "signal", "worker": w, "run": run, "key": key, "payload": key})
 
     @precondition(lambda self: self.can("signals"))
     @rule(data=st.data(), w=workers, key=st.sampled_from(SIGNAL_KEYS), payload=small_json, again=st.booleans())
@@ -472,6 +523,45 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         for holder in sorted({who for (who, r) in self.live_runs() if r == run}):
             self.step({"op": "load", "worker": holder, "run": run})
 
+    @precondition(lambda self: self.can("commands"))
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), error=small_json,
+          retryable=st.booleans())
+    def failure_reaches_the_decider(self, decider: str, w: str, error: Any, retryable: bool) -> None:
+        """A command with one attempt fails (for good, whether or not it asks for a retry); the decider claims
+        the run again and loads it: the failure is in the snapshot."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if not mine:
+            return
+        run = mine[0]
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "blocked", "commands": [{"key": "cz", "queue": "once", "max_attempts": 1}]}})
+        self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["once"]})
+        if any((who, r, k) == (w, run, "cz") for (who, r, k) in self.held_commands()):
+            self.step(_command_step("fail", w, run, "cz", error, retryable))
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "load", "worker": decider, "run": run})
+
+    @precondition(lambda self: self.can("commands"))
+    @rule(decider=st.sampled_from(TENANT_A), w=st.sampled_from(TENANT_A), claimed=st.booleans())
+    def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
+        """A decider schedules a command, claims its run again and consumes the command before it has a
+        result (pending, or claimed by a worker): refused, nothing consumed."""
+        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == decider]
+        if not mine:
+            return
+        run = mine[0]
+        self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+            "status": "pending", "commands": [{"key": "cu", "queue": "eager", "max_attempts": 2}]}})
+        if claimed:
+            self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["eager"]})
+        self.step({"op": "claim_runs", "worker": decider, "limit": 3})
+        if (decider, run) in self.live_runs():
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {
+                "status": "pending", "consume": False, "consume_commands": ["cu"]}})
+
     @precondition(lambda self: self.can("commands", "leases", "test_clock"))
     @rule(w=st.sampled_from(TENANT_A), offset=st.sampled_from((-1, 0, 0, 1)),
           op=st.sampled_from(("complete", "complete", "fail", "heartbeat")), result=small_json)
@@ -507,6 +597,25 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         if kind == "commit":
             self.step({"op": "load", "worker": w, "run": run})
         self.step({"op": "crash_during", "at": at, "inner": self._inner(kind, w, run, decision)})
+
+    @precondition(lambda self: self.can("statement_faults") or self.can("kill_session"))
+    @rule(w=st.sampled_from(TENANT_A), at=st.integers(2, 14), status=st.sampled_from(("blocked", "pending", "completed")),
+          events=st.integers(1, 2))
+    def fault_inside_decision(self, w: str, at: int, status: str, events: int) -> None:
+        """A decision with events, a command and a timer (its statements spread over the whole commit) whose
+        session dies before one statement of it, then the decider claims the run again and decides once more:
+        a decision lands whole or not at all, whichever statement the fault hits."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        if not mine:
+            return
+        decision: dict[str, Any] = {"status": status, "events": [{"kind": "step", "payload": i} for i in range(events)],
+                                    "commands": [{"key": "cf", "max_attempts": 2}], "timers": [{"key": "tf", "delay_ms": 5}]}
+        if status == "completed":
+            decision["output"] = {"done": at}
+        self.step({"op": "load", "worker": w, "run": mine[0]})
+        self.step({"op": "crash_during", "at": at, "inner": {"op": "commit", "worker": w, "run": mine[0],
+                                                             "decision": decision}})
 
     @precondition(lambda self: self.can("statement_faults"))
     @rule(data=st.data(), decision=decisions(),

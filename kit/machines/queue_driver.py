@@ -23,6 +23,7 @@ slow machine can hide a violation but never invent one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,6 +47,9 @@ __all__ = ["MACHINE_POLICY", "QueueDriver", "QueueViolation"]
 
 MACHINE_POLICY = QueuePolicy(max_attempts=3, backoff=timedelta(hours=1))
 """The machine's queue policy: a backoff no run on the database clock outlives."""
+
+RACE_TIMEOUT_S = 60.0
+"""A safety net only: racing claims are single statements."""
 
 _ACCEPTED = {Outcome.COMPLETED, Outcome.RETRY_SCHEDULED, Outcome.FAILED, Outcome.RENEWED}
 
@@ -135,6 +139,42 @@ class QueueDriver:
         claim = self.store.claim(step["worker"])
         if claim is None:
             return "nothing"
+        return self._record_claim(index, claim, before)
+
+    def _claim_race(self, index: int, step: dict[str, Any]) -> str:
+        """Several workers claim at once, each through its own store on its own thread (started together):
+        no job may go to two of them."""
+        workers: list[str] = list(step["workers"])
+        stores = [self.database.open(MACHINE_POLICY) for _ in workers]
+        try:
+            before = self.store.now()
+            got: list[Any] = [None] * len(workers)
+            barrier = threading.Barrier(len(workers))
+
+            def claim(i: int) -> None:
+                try:
+                    barrier.wait(RACE_TIMEOUT_S)
+                    got[i] = stores[i].claim(workers[i])
+                except Exception as exc:  # noqa: BLE001 - re-raised below, on the driver's thread
+                    got[i] = exc
+            threads = [threading.Thread(target=claim, args=(i,), daemon=True) for i in range(len(workers))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(RACE_TIMEOUT_S)
+            if any(thread.is_alive() for thread in threads):
+                self._violation(index, "store_error", f"racing claims did not finish within {RACE_TIMEOUT_S:g} s")
+        finally:
+            for store in stores:
+                store.close()
+        said = []
+        for answer in got:
+            if isinstance(answer, BaseException):
+                raise answer
+            said.append("nothing" if answer is None else self._record_claim(index, answer, before))
+        return " | ".join(said)
+
+    def _record_claim(self, index: int, claim: JobClaim, before: datetime) -> str:
         job = claim.job_id
         if job in self._final:
             self._violation(index, "terminal_claimed", f"{claim.worker} claimed job {job}, which had ended "

@@ -73,9 +73,13 @@ class _QueueMachine(RuleBasedStateMachine):
             raise
 
     def _pick(self, data: st.DataObject, crashed: bool | None = None) -> int:
+        """A claim (held by a crashed worker, or not); the draw is the same whatever the state, so racing
+        claims (which worker got which job is up to the threads) never change what is generated next."""
+        index = data.draw(st.integers(0, 2**16), label="claim index")
         choices = [i for i, c in enumerate(self.driver.claims)
                    if crashed is None or (c.claim.worker in self.driver.crashed) == crashed]
-        return data.draw(st.sampled_from(choices or [len(self.driver.claims) - 1]))
+        choices = choices or [len(self.driver.claims) - 1]
+        return choices[index % len(choices)]
 
     @rule(queue=st.sampled_from(QUEUES), key=st.sampled_from(KEYS), delayed=st.booleans(),
           payload=st.integers(0, 9), twice=st.booleans())
@@ -114,6 +118,42 @@ class _QueueMachine(RuleBasedStateMachine):
         if op == "fail":
             step["retry"] = data.draw(st.booleans())
         self.step(step)
+
+    @rule(worker=st.sampled_from(WORKERS), other=st.sampled_from(WORKERS), queue=st.sampled_from(QUEUES))
+    def retry_then_claim(self, worker: str, other: str, queue: str) -> None:
+        """A job is claimed and fails asking for a retry; another worker claims at once: the retry waits for
+        its backoff (the steps the backoff promise needs, in one rule)."""
+        self.step({"op": "enqueue", "queue": queue, "key": None, "payload": 0})
+        claims = len(self.driver.claims)
+        self.step({"op": "claim", "worker": worker})
+        if len(self.driver.claims) > claims:
+            self.step({"op": "fail", "claim": len(self.driver.claims) - 1, "retry": True})
+        self.step({"op": "claim", "worker": other})
+
+    @precondition(lambda self: self.driver.has(QueuePromise.STALLED_RECOVERY))
+    @rule(worker=st.sampled_from(WORKERS), beat=st.booleans())
+    def recover_beside_live(self, worker: str, beat: bool) -> None:
+        """A worker claims (and maybe heartbeats) a job; the sweeper recovers jobs stalled for longer than the
+        machine has run: the live worker keeps its job."""
+        self.step({"op": "enqueue", "queue": "default", "key": None, "payload": 0})
+        claims = len(self.driver.claims)
+        self.step({"op": "claim", "worker": worker})
+        if beat and len(self.driver.claims) > claims:
+            self.step({"op": "heartbeat", "claim": len(self.driver.claims) - 1})
+        self.step({"op": "recover", "stalled_after_s": STALLS[-1]})
+
+    @rule(queue=st.sampled_from(QUEUES), key=st.sampled_from(KEYS[2:]), delayed=st.booleans())
+    def keyed_enqueue_twice(self, queue: str, key: str, delayed: bool) -> None:
+        """The same keyed enqueue delivered twice while the first job waits: one job."""
+        self.enqueue(queue, key, delayed, 1, True)
+
+    @precondition(lambda self: self.driver.has(QueuePromise.CONCURRENT_CONNECTIONS))
+    @rule(workers=st.permutations(WORKERS), jobs=st.integers(1, 2))
+    def claim_race(self, workers: list[str], jobs: int) -> None:
+        """Waiting jobs, and every worker claims at once on its own connection: no job goes to two."""
+        for payload in range(jobs):
+            self.step({"op": "enqueue", "queue": "default", "key": None, "payload": payload})
+        self.step({"op": "claim_race", "workers": list(workers)})
 
     @rule(worker=st.sampled_from(WORKERS))
     def crash(self, worker: str) -> None:

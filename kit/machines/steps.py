@@ -33,7 +33,8 @@ interleave                ``ops`` [A, B]: A parks at its COMMIT until B reaches 
                           ``at`` (start | first_lock); A's effects land first
 race                      ``ops`` from different workers run at once on threads; with
                           ``release_claims`` the claims they took are given back after
-clock_probe               the database clock read twice in one transaction must move
+clock_probe               the database clock read twice in one transaction must move,
+                          and be the server's time (within an hour of the host's)
 verify_schema             verify_schema(), optionally against a ``tamper``-ed file
 uow_inner_failure         a unit of work whose inner block fails, swallowed outside
 unit                      a unit of work with after-commit callbacks, a nested block,
@@ -47,6 +48,14 @@ refused                   a call refused up front (``what``: empty or over-long 
                           non-JSON or too deep value, U+0000 or a lone surrogate in a
                           payload, key or cancel reason, naive timestamp, test clock on
                           database clock)
+poke                      ``inner`` (a write, a load or ``read_back``), then the caller
+                          scribbles over every object it gave and got back
+deep_payload              a payload nested to the depth limit written and read back from
+                          a shallow and a deep stack (in a tenant no worker reads)
+beside_unit               ``worker`` holds a unit of work open; ``other`` writes
+                          (``what``: start | signal to ``run``) beside it on the thread
+fresh_schema              in a database provisioned for the step, never migrated:
+                          ``variant`` absent | concurrent_migrate | failed_migration
 ========================  =====================================================
 """
 
@@ -68,7 +77,7 @@ OPS = (
     "claim_commands", "heartbeat", "complete", "fail", "fire_timers", "list_page", "advance",
     "advance_to", "crash", "crash_during", "lost_ack", "skew", "paused_claim", "race",
     "verify_schema", "uow_inner_failure", "clock_probe", "interleave", "unit", "read_back", "schema_drift",
-    "refused",
+    "refused", "poke", "deep_payload", "beside_unit", "fresh_schema",
 )
 
 
@@ -147,6 +156,15 @@ def describe(step: dict[str, Any]) -> str:
         return f"{w} makes a call the contract refuses up front ({step['what']})"
     if op == "schema_drift":
         return f"schema drift: {step['variant']}"
+    if op == "poke":
+        return f"then the caller scribbles over every object given and returned: {describe(step['inner'])}"
+    if op == "deep_payload":
+        return f"{w} writes a payload nested to the depth limit and reads it back from a shallow and a deep stack"
+    if op == "beside_unit":
+        return (f"{w} holds a unit of work open while {step['other']} writes beside it on the same thread "
+                f"({step.get('what', 'start')} near {run!r})")
+    if op == "fresh_schema":
+        return f"in a database never migrated: {step['variant']}"
     if op == "unit":
         ends = {"commit": "commits", "outer_fails": "fails after its nested block", "commit_fails": "fails at COMMIT"}
         return f"{w} runs a unit of work with callbacks on {run!r} that {ends.get(step.get('mode', 'commit'), '?')}"
@@ -164,7 +182,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "skew": ("worker", "hours"), "paused_claim": ("holder", "other"), "race": ("ops",),
     "verify_schema": (), "uow_inner_failure": ("worker", "run"), "clock_probe": (), "interleave": ("ops",),
     "unit": ("worker", "run", "mode"), "read_back": ("worker", "run"), "schema_drift": ("variant",),
-    "refused": ("worker", "what"),
+    "refused": ("worker", "what"), "poke": ("inner",), "deep_payload": ("worker",),
+    "beside_unit": ("worker", "other", "run"), "fresh_schema": ("variant",),
 }
 _WORKER_FIELDS = ("worker", "holder", "other", "claim_of")
 
@@ -184,7 +203,7 @@ def step_problem(step: object, where: str, workers: tuple[str, ...]) -> str | No
             return f"{where} ({op}) names worker {step[name]!r}; workers are {', '.join(workers)}"
     if op == "commit" and not (isinstance(step["decision"], dict) and "status" in step["decision"]):
         return f"{where} (commit) has a decision without a 'status'"
-    if op in ("crash_during", "lost_ack"):
+    if op in ("crash_during", "lost_ack", "poke"):
         inner = step["inner"]
         if isinstance(inner, dict) and "worker" not in inner:
             return f"{where}.inner lacks field 'worker'"

@@ -73,7 +73,7 @@ lock wait timeout; without it a second connection waiting on a unit its own call
 through the wire bridge, would wait for ever)."""
 
 
-@dataclass
+@dataclass(eq=False)  # units are told apart by identity: two units with equal tables are still two units
 class _Unit:
     """One store's open unit of work: the state it started from, its working copy, its row locks."""
 

@@ -1,8 +1,9 @@
 """Seeded-bug queues: the reference queue with one deliberate breakage each.
 
 Every bug names the queue checks that must kill it and the machine invariant
-(``kind`` of the violation) that must catch it; ``machine_kind`` is None for a
-race only threads can show (the machine is sequential).
+(``kind`` of the violation) that must catch it and replay; ``machine_kind`` is None
+for a race, which the machine's ``claim_race`` step (claims from several threads at
+once) catches but a replay need not reproduce.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class QueueBug:
     caught_by: tuple[str, ...]
     """Queue checks (``queue.<name>``) of which at least one must fail."""
     machine_kind: str | None
-    """The invariant the queue machine must report, or None for a thread race."""
+    """The invariant the queue machine must report and its replay reproduce (None: a thread race)."""
 
     def make_backend(self) -> MemoryQueueBackend:
         backend = type(f"Bug_{self.name}", (MemoryQueueBackend,), {"store_class": self.store_class})()
