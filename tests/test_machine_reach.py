@@ -65,6 +65,21 @@ def test_a_correct_store_passes_every_reach_step(sqlite: Backend) -> None:
     assert _apply(sqlite, REACH_STEPS) is None
 
 
+def test_a_write_beside_a_unit_on_a_run_id_at_the_length_limit_agrees(sqlite: Backend) -> None:
+    """The ids the step derives from a run id stay within the contract's limit, and what the adapter
+    refused is never written on the reference side, even when the unit then ends in an error (found at
+    seed 20261201: a 128-character run id made the unit's own start invalid, after the adapter had
+    refused the write beside it, and the reference wrote it anyway)."""
+    longest = "R" * 127 + "a"
+    steps: list[dict[str, Any]] = [
+        {"op": "define", "worker": "w0", "name": "wf", "body": "v1"},
+        {"op": "start", "worker": "w1", "run": longest},
+        {"op": "beside_unit", "worker": "w0", "other": "w1", "what": "signal", "run": longest},
+        {"op": "beside_unit", "worker": "w0", "other": "w1", "what": "start", "run": longest},
+    ]
+    assert _apply(sqlite, steps) is None
+
+
 # -- broken stores: the reference engine with one guarantee broken --------------------
 class _Proxy:
     """A store that forwards everything to a reference store, except what a subclass overrides."""

@@ -217,24 +217,24 @@ class ReachSteps:
         def beside(side: Side) -> Any:
             holder, other = side.store(holder_w), side.store(other_w)
             holder.ensure_definition("wf", "1", digest, body_of("v1"))
-            answers = []
+            answers: list[str] = []
             with holder.transaction():
                 for i, when in enumerate(("first", "later")):
                     if when == "later":
-                        holder.start_run(f"{run}-unit-{index}", ref, {"by": "unit"})
-                    if side is self.reference and acked and not acked[i]:
+                        holder.start_run(_derived_id(run, f"-unit-{index}"), ref, {"by": "unit"})
+                    if side is self.reference and len(acked) > i and not acked[i]:
                         answers.append("refused")  # the adapter refused it: the reference does not write it
                         continue
                     try:
                         if what == "signal":
                             other.send_signal(run, "beside", {"n": i}, f"beside-{index}-{when}")
                         else:
-                            other.start_run(f"{run}-{when}-{index}", ref, {"by": "other"})
+                            other.start_run(_derived_id(run, f"-{when}-{index}"), ref, {"by": "other"})
                         answers.append("acknowledged")
                     except TransientError:
                         answers.append("refused")
-            if side is self.adapter:
-                acked.extend(a == "acknowledged" for a in answers)
+                    if side is self.adapter:  # recorded as it happens: a later error must not hide it
+                        acked.append(answers[-1] == "acknowledged")
             return answers
 
         return self._both_plain(index, step, beside)
@@ -368,3 +368,8 @@ def _fresh_schema(database: Any, variant: str, clock: ClockMode) -> Any:
     failed = attempt(lambda store: store.migrate(), wanted, fail_probe)
     return {"fault_fired": bool(fired), "failed_migrate": failed, "then_verify": attempt(verify, wanted),
             "rerun": attempt(lambda store: store.migrate(), wanted), "finally": attempt(verify, wanted)}
+
+
+def _derived_id(run: str, suffix: str) -> str:
+    """A run id made from ``run`` and ``suffix`` that stays within the contract's run id length."""
+    return run[: v.MAX_RUN_ID - len(suffix)] + suffix
