@@ -19,6 +19,7 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.deep_json import nested
 from kit.contract.json_exact import assert_json_equal, json_difference
 from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
 from kit.contract.outcomes import Outcome
@@ -28,13 +29,6 @@ __all__ = ["CONFUSABLE_KEYS", "JSON_SAMPLES", "KeyAndPayloadChecks"]
 
 #: Four keys that collide under case-, accent- or normalisation-insensitive comparison.
 CONFUSABLE_KEYS = ("Key", "key", "\u00e9", "e\u0301")
-
-def _nested(depth: int) -> Any:
-    value: Any = "bottom"
-    for i in range(depth):
-        value = [value] if i % 2 else {"d": value}
-    return value
-
 
 JSON_SAMPLES: dict[str, Any] = {
     "null": None,
@@ -61,7 +55,7 @@ JSON_SAMPLES: dict[str, Any] = {
     "escapes": "quote \" backslash \\ newline \n tab \t slash / control \u0001",
     "nested": {"a": [1, {"b": [[], {}, None, {"c": [True, False]}]}], "z": {"y": {"x": {"w": "deep"}}}},
     "deep": {"k": [[[[[[[[[[[[[[[[[[[[["bottom"]]]]]]]]]]]]]]]]]]]]]},
-    "deep_64": _nested(64),
+    "deep_64": nested(64),
     "keys_like_numbers": {"1": "one", "01": "zero-one", "": "empty key"},
     "large": {"blob": "x" * 300_000, "list": list(range(2000))},
 }

@@ -9,9 +9,8 @@ anything is written, by every operation that takes one.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,53 +25,14 @@ from kit.contract import (
     Snapshot,
     Storage,
 )
+from kit.contract.deep_json import from_deep_stack, nested, nesting_of
 from kit.contract.outcomes import Outcome
 from kit.contract.validation import MAX_JSON_DEPTH
 
-__all__ = ["PayloadLimitChecks", "nested", "nesting_of"]
-
-T = TypeVar("T")
-
-SPARE_FRAMES = 200
-"""Frames left to a read made from a deep call stack: plenty for any store's own calls, far fewer
-than the nesting a payload may have, so a read that spends one frame per level fails there."""
+__all__ = ["PayloadLimitChecks"]
 
 #: Text no dialect stores as given; the contract refuses it in every argument and payload.
 UNSTORABLE_TEXT = {"nul": "a\x00b", "lone_surrogate": "a\ud800b"}
-
-
-def nested(depth: int, bottom: Any = "bottom") -> Any:
-    """``depth`` levels of alternating objects and arrays around ``bottom`` (built without recursion)."""
-    value = bottom
-    for i in range(depth):
-        value = [value] if i % 2 else {"d": value}
-    return value
-
-
-def nesting_of(value: Any) -> tuple[int, Any]:
-    """(depth, innermost value) of a value built by :func:`nested`, read without recursion."""
-    depth = 0
-    while True:
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        elif isinstance(value, dict) and list(value) == ["d"]:
-            value = value["d"]
-        else:
-            return depth, value
-        depth += 1
-
-
-def from_deep_stack(fn: Callable[[], T], spare: int = SPARE_FRAMES) -> T:
-    """``fn()`` called with only ``spare`` frames left below the interpreter's recursion limit."""
-    frame, used = sys._getframe(), 0
-    while frame is not None:
-        used, frame = used + 1, frame.f_back  # type: ignore[assignment]
-    target = max(sys.getrecursionlimit() - spare - used, 0)
-
-    def descend(n: int) -> T:
-        return fn() if n <= 0 else descend(n - 1)
-
-    return descend(target)
 
 
 class PayloadLimitChecks(AreaChecks):

@@ -36,6 +36,7 @@ from kit.contract import (
     StorageError,
 )
 from kit.contract import validation as v
+from kit.contract.deep_json import nested
 from kit.contract.json_exact import json_difference, json_equal
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
@@ -56,20 +57,12 @@ PARK_S = 30.0
 """A safety net only: B never waits on A's locks before B's first locking statement."""
 
 
-def _nested(depth: int) -> Any:
-    """``depth`` levels of alternating objects and arrays around a string (built without recursion)."""
-    value: Any = "bottom"
-    for i in range(depth):
-        value = [value] if i % 2 else {"d": value}
-    return value
-
-
 #: Arguments the contract refuses before anything is stored (``refused`` steps name them by label, so a
 #: step list stays plain JSON even for values JSON cannot carry).
 _REFUSED: dict[str, Any] = {
     "nan": float("nan"), "infinity": float("inf"), "int_key": {1: "int key"}, "bytes": b"bytes",
     "set": {"set": {1}}, "tuple": ("tuple",),
-    "too_deep": _nested(v.MAX_JSON_DEPTH + 1), "nul_in_payload": {"k": ["a\x00b"]},
+    "too_deep": nested(v.MAX_JSON_DEPTH + 1), "nul_in_payload": {"k": ["a\x00b"]},
     "surrogate_in_payload_key": {"a\ud800b": 1},
 }
 #: Names probed in every definition listing besides the names defined: LIKE patterns that match "wf".

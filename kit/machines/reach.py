@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -45,6 +44,7 @@ from kit.contract import (
     TransientError,
 )
 from kit.contract import validation as v
+from kit.contract.deep_json import from_deep_stack, nested, nesting_of
 from kit.faults import InjectedFault
 from kit.inspect import run_state
 from kit.machines.normalize import normalize
@@ -52,12 +52,10 @@ from kit.machines.side import Side, body_of
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
-__all__ = ["DEEP_TENANT", "ReachSteps", "from_deep_stack", "nesting_of", "scribble"]
+__all__ = ["DEEP_TENANT", "ReachSteps", "scribble"]
 
 #: The tenant deep payloads live in: no worker reads it, so the state comparison never walks 512 levels.
 DEEP_TENANT = "kit-machine-deep"
-#: Frames left to a read made "from a deep stack": far fewer than the payload's nesting.
-SPARE_FRAMES = 200
 #: One more migration than the adapter ships (every SQL dialect accepts it).
 _PROBE = Migration(900, "kit_probe", "CREATE TABLE kit_probe_900 (id INTEGER NOT NULL PRIMARY KEY);\n")
 _MIGRATE_TIMEOUT_S = 60.0
@@ -83,39 +81,6 @@ def scribble(value: Any, seen: set[int] | None = None) -> None:
             stack.extend(item)
         elif dataclasses.is_dataclass(item) and not isinstance(item, type):
             stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
-
-
-def _nested(depth: int) -> Any:
-    value: Any = "bottom"
-    for i in range(depth):
-        value = [value] if i % 2 else {"d": value}
-    return value
-
-
-def nesting_of(value: Any) -> tuple[int, Any]:
-    """(depth, innermost value) of a value built by :func:`_nested`, read without recursion."""
-    depth = 0
-    while True:
-        if isinstance(value, list) and len(value) == 1:
-            value = value[0]
-        elif isinstance(value, dict) and list(value) == ["d"]:
-            value = value["d"]
-        else:
-            return depth, value
-        depth += 1
-
-
-def from_deep_stack(fn: Callable[[], Any], spare: int = SPARE_FRAMES) -> Any:
-    """``fn()`` called with only ``spare`` frames left below the recursion limit."""
-    frame, used = sys._getframe(), 0
-    while frame is not None:
-        used, frame = used + 1, frame.f_back  # type: ignore[assignment]
-    target = max(sys.getrecursionlimit() - spare - used, 0)
-
-    def descend(n: int) -> Any:
-        return fn() if n <= 0 else descend(n - 1)
-
-    return descend(target)
 
 
 class ReachSteps:
@@ -165,7 +130,7 @@ class ReachSteps:
         def deep(side: Side) -> Any:
             store = side.database.open(DEEP_TENANT, clock=side.clock)
             try:
-                value = _nested(v.MAX_JSON_DEPTH)
+                value = nested(v.MAX_JSON_DEPTH)
                 digest = Side.definition_digest("v1")
                 store.ensure_definition("wf", "1", digest, body_of("v1"))
                 ref = DefinitionRef("wf", "1", digest)
