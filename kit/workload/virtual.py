@@ -174,14 +174,18 @@ class _ServerProbe:
                 self._conn = self.server._connect(None)
             cur = self._conn.cursor()
             try:
-                cur.execute(self.sql, (int(session),))
-                row = cur.fetchone()
+                return self._ask(cur, int(session))
             finally:
                 cur.close()
-            return bool(row and row[0])
         except Exception:  # noqa: BLE001 - an unanswered probe falls back to the short wait
             self.close()
             return None
+
+    def _ask(self, cur: Any, session: int) -> bool | None:
+        """Whether ``session`` waits on a lock, asked on the probe's own cursor."""
+        cur.execute(self.sql, (session,))
+        row = cur.fetchone()
+        return bool(row and row[0])
 
     def close(self) -> None:
         if self._conn is not None:
@@ -205,27 +209,12 @@ class _InnodbProbe(_ServerProbe):
     blocked statement is taken for a running one until the server's lock wait timeout ends it.
     """
 
-    def __call__(self, part: Participant, cursor: Any) -> bool | None:
-        session = part.meta.get("session") or getattr(part.session, "session_id", None)
-        if session is None:
-            return None
-        try:
-            if self._conn is None:
-                self._conn = self.server._connect(None)
-            cur = self._conn.cursor()
-            try:
-                cur.execute(self.sql, (int(session),))
-                row = cur.fetchone()
-                if row and row[0]:
-                    return True
-                cur.execute("SHOW ENGINE INNODB STATUS")
-                status = cur.fetchone()
-            finally:
-                cur.close()
-        except Exception:  # noqa: BLE001 - an unanswered probe falls back to the short wait
-            self.close()
-            return None
-        return innodb_lock_wait(str(status[2]) if status else "", int(session))
+    def _ask(self, cur: Any, session: int) -> bool | None:
+        if super()._ask(cur, session):  # the process list: a server-level lock wait
+            return True
+        cur.execute("SHOW ENGINE INNODB STATUS")
+        status = cur.fetchone()
+        return innodb_lock_wait(str(status[2]) if status else "", session)
 
 
 def innodb_lock_wait(status: str, session: int) -> bool | None:
