@@ -161,6 +161,12 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         return sorted((w, run, key) for w, worker in self.interp.adapter.workers.items()
                       for (run, key) in worker.command_claims)
 
+    def _claim_one(self, w: str) -> str | None:
+        """``w`` claims one run; the first run it now holds live, if any."""
+        self.step({"op": "claim_runs", "worker": w, "limit": 1})
+        mine = [run for (who, run) in self.live_runs() if who == w]
+        return mine[0] if mine else None
+
     def live_runs(self) -> list[tuple[str, str]]:
         """(worker, run) whose latest claim is the run's current claim, unexpired by the store clock."""
         side = self.interp.adapter
@@ -485,14 +491,13 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def input_during_decision(self, w: str, sender: str, key: str, payload: Any, loaded: bool) -> None:
         """A signal lands while a decider holds the run (before or after it loads); the decider then blocks:
         the run must wake, not sleep on the signal."""
-        self.step({"op": "claim_runs", "worker": w, "limit": 1})
-        mine = [run for (who, run) in self.live_runs() if who == w]
-        if not mine:
+        run = self._claim_one(w)
+        if run is None:
             return
         if loaded:
-            self.step({"op": "load", "worker": w, "run": mine[0]})
-        self.step({"op": "signal", "worker": sender, "run": mine[0], "key": key, "payload": payload})
-        self.step({"op": "commit", "worker": w, "run": mine[0], "decision": {"status": "blocked", "consume": False}})
+            self.step({"op": "load", "worker": w, "run": run})
+        self.step({"op": "signal", "worker": sender, "run": run, "key": key, "payload": payload})
+        self.step({"op": "commit", "worker": w, "run": run, "decision": {"status": "blocked", "consume": False}})
 
     @precondition(lambda self: self.can("commands"))
     @rule(w=workers, decider=workers, result=small_json, op=st.sampled_from(("fail", "complete")),
@@ -502,16 +507,14 @@ class _ModelFreeMachine(RuleBasedStateMachine):
         the command before it has a result, which must be refused); a worker ends it for good; whoever holds
         the run's live claim (the decider claims it if nobody does) loads it: the outcome must be in the
         snapshot."""
-        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
-        mine = [run for (who, run) in self.live_runs() if who == decider]
-        if mine:
-            self.step({"op": "commit", "worker": decider, "run": mine[0], "decision": {
+        run = self._claim_one(decider)
+        if run is not None:
+            self.step({"op": "commit", "worker": decider, "run": run, "decision": {
                 "status": "pending" if premature else "blocked", "commands": [{"key": key, "max_attempts": 1}]}})
             if premature:
-                self.step({"op": "claim_runs", "worker": decider, "limit": 1})
-                again = [run for (who, run) in self.live_runs() if who == decider]
-                if again:
-                    self.step({"op": "commit", "worker": decider, "run": again[0],
+                again = self._claim_one(decider)
+                if again is not None:
+                    self.step({"op": "commit", "worker": decider, "run": again,
                                "decision": {"status": "blocked", "consume": False, "consume_commands": [key]}})
         taken = self._claim_a_command(w)
         if taken is None:
@@ -529,11 +532,9 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def failure_reaches_the_decider(self, decider: str, w: str, error: Any, retryable: bool) -> None:
         """A command with one attempt fails (for good, whether or not it asks for a retry); the decider claims
         the run again and loads it: the failure is in the snapshot."""
-        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
-        mine = [run for (who, run) in self.live_runs() if who == decider]
-        if not mine:
+        run = self._claim_one(decider)
+        if run is None:
             return
-        run = mine[0]
         self.step({"op": "commit", "worker": decider, "run": run, "decision": {
             "status": "blocked", "commands": [{"key": "cz", "queue": "once", "max_attempts": 1}]}})
         self.step({"op": "claim_commands", "worker": w, "limit": 3, "queues": ["once"]})
@@ -548,11 +549,9 @@ class _ModelFreeMachine(RuleBasedStateMachine):
     def consume_unfinished(self, decider: str, w: str, claimed: bool) -> None:
         """A decider schedules a command, claims its run again and consumes the command before it has a
         result (pending, or claimed by a worker): refused, nothing consumed."""
-        self.step({"op": "claim_runs", "worker": decider, "limit": 1})
-        mine = [run for (who, run) in self.live_runs() if who == decider]
-        if not mine:
+        run = self._claim_one(decider)
+        if run is None:
             return
-        run = mine[0]
         self.step({"op": "commit", "worker": decider, "run": run, "decision": {
             "status": "pending", "commands": [{"key": "cu", "queue": "eager", "max_attempts": 2}]}})
         if claimed:
