@@ -305,3 +305,54 @@ def test_the_python_server_harness_serves_tcp() -> None:
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def test_a_write_beside_a_served_unit_of_work_is_refused_within_the_bridge_bound() -> None:
+    """Served, each store has its own server thread: a second store's write on the client thread that
+    holds another store's open unit waits for that unit, which waits for the client. The bridge's bound
+    (``--lock-wait``) refuses it with a TransientError, and the unit then commits its own write."""
+    from kit.contract import DefinitionRef, TransientError, digest_of
+
+    backend = connect(f"exec:{shlex.quote(sys.executable)} -m kit.wire.serve memory --lock-wait 0.3")
+    try:
+        database = backend.provision()
+        holder, other = database.open("t"), database.open("t")
+        digest = digest_of(b"v1")
+        holder.ensure_definition("wf", "1", digest, b"v1")
+        ref = DefinitionRef("wf", "1", digest)
+        with holder.transaction():
+            holder.start_run("in-unit", ref, {})
+            with pytest.raises(TransientError):
+                other.start_run("beside", ref, {})
+        assert holder.get_run("in-unit") is not None and other.get_run("beside") is None
+        database.drop()
+    finally:
+        backend.close()
+
+
+def test_the_reference_engine_waits_for_another_threads_unit_as_long_as_it_is_told() -> None:
+    """``MemoryBackend(lock_wait_s=...)``: a unit of work that finds another thread's unit open fails with
+    LockTimeout after the given bound, not the engine's default."""
+    import threading
+
+    from kit.contract import LockTimeout
+    from kit.reference import MemoryBackend
+
+    database = MemoryBackend(lock_wait_s=0.2).provision()
+    first, second = database.open("t"), database.open("t")
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with first.transaction():
+            entered.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(30)
+        with pytest.raises(LockTimeout, match="0.2 s"), second.transaction():
+            pass
+    finally:
+        release.set()
+        holder.join()

@@ -10,7 +10,7 @@ from kit.contract.capabilities import Capabilities, Capability
 from kit.contract.entities import ClockMode
 from kit.contract.protocol import MigrationSpec, StatementHook, Storage
 from kit.migrate import Migration
-from kit.reference.store import MemoryStore, SharedState
+from kit.reference.store import LOCK_WAIT_SECONDS, MemoryStore, SharedState
 
 __all__ = ["MEMORY_MIGRATIONS", "MemoryBackend", "MemoryDatabase"]
 
@@ -23,8 +23,9 @@ _counter = itertools.count(1)
 
 
 class MemoryDatabase:
-    def __init__(self) -> None:
-        self.state = SharedState()
+    def __init__(self, lock_wait_s: float = LOCK_WAIT_SECONDS) -> None:
+        self._lock_wait_s = lock_wait_s
+        self.state = SharedState(lock_wait_s=lock_wait_s)
         self.label = f"memory #{next(_counter)}"
 
     def open(
@@ -49,11 +50,11 @@ class MemoryDatabase:
     def reset(self) -> None:
         """Empty every table and rewind the test clock, keeping the applied migrations."""
         applied = self.state.tables.applied
-        self.state = SharedState()
+        self.state = SharedState(lock_wait_s=self._lock_wait_s)
         self.state.tables.applied = applied
 
     def drop(self) -> None:
-        self.state = SharedState()
+        self.state = SharedState(lock_wait_s=self._lock_wait_s)
 
 
 class MemoryBackend:
@@ -70,11 +71,15 @@ class MemoryBackend:
         clock_resolution_us=1,
     )
 
+    def __init__(self, lock_wait_s: float = LOCK_WAIT_SECONDS) -> None:
+        self.lock_wait_s = lock_wait_s
+        """How long a unit of work waits for another thread's unit before it fails with ``LockTimeout``."""
+
     def describe(self) -> str:
         return f"reference engine (kit {__version__})"
 
     def provision(self) -> MemoryDatabase:
-        return MemoryDatabase()
+        return MemoryDatabase(self.lock_wait_s)
 
     def close(self) -> None:
         pass

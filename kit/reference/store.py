@@ -64,7 +64,7 @@ from kit.migrate import AppliedMigration, pending, verify
 from kit.reference._tables import Row, Table, Tables
 from kit.reference._values import detached, detached_all
 
-__all__ = ["MemoryStore", "SharedState"]
+__all__ = ["LOCK_WAIT_SECONDS", "MemoryStore", "SharedState"]
 
 
 LOCK_WAIT_SECONDS = 10.0
@@ -95,6 +95,8 @@ class SharedState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     open_units: list[_Unit] = field(default_factory=list)
     """Units of work open right now (more than one only on one thread: the lock admits no other)."""
+    lock_wait_s: float = LOCK_WAIT_SECONDS
+    """How long a unit of work waits for another thread's before it fails with ``LockTimeout``."""
 
 
 class _Tx:
@@ -177,9 +179,9 @@ class MemoryStore:
             finally:
                 self._depth -= 1
             return
-        if not self._shared.lock.acquire(timeout=LOCK_WAIT_SECONDS):
+        if not self._shared.lock.acquire(timeout=self._shared.lock_wait_s):
             raise LockTimeout(
-                f"another thread's transaction() held this database for {LOCK_WAIT_SECONDS:g} s (the reference "
+                f"another thread's transaction() held this database for {self._shared.lock_wait_s:g} s (the reference "
                 "engine runs one unit of work at a time): commit or roll back that unit first"
             )
         try:

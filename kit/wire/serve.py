@@ -336,15 +336,32 @@ def _serve(backend: Backend, reader: IO[bytes] | io.BufferedIOBase, write: Calla
             database.drop()
 
 
+BRIDGE_LOCK_WAIT_S = 1.0
+"""The served reference engine's wait for another store's unit of work.
+
+In process, a second store's write on the thread that holds a unit is taken at once; served,
+every store runs on a thread of its own, so such a write waits for a unit whose client is
+waiting on that very write, until the engine's bound refuses it. The engine's own bound
+(10 s) would make each such refusal cost 10 s; a client's unit held across a few round trips
+ends far sooner than 1 s."""
+
+
 def main(argv: list[str] | None = None) -> int:
     from kit.backends import resolve
+    from kit.reference import MemoryBackend
+    from kit.seeds import seconds_type
 
     parser = argparse.ArgumentParser(prog="python -m kit.wire.serve", description=__doc__.splitlines()[0])
     parser.add_argument("backend", help="a backend the kit resolves: memory, sqlite, postgres, package.module:factory")
     parser.add_argument("--url", help="the backend's server URL")
     parser.add_argument("--listen", type=int, help="serve on 127.0.0.1:PORT instead of stdin/stdout (0: any port)")
+    parser.add_argument("--lock-wait", type=seconds_type(), default=BRIDGE_LOCK_WAIT_S, metavar="SECONDS",
+                        help="memory only: how long a unit of work waits for another store's before LockTimeout "
+                             f"(default {BRIDGE_LOCK_WAIT_S:g})")
     args = parser.parse_args(argv)
     backend = resolve(args.backend, args.url)
+    if isinstance(backend, MemoryBackend):
+        backend.lock_wait_s = args.lock_wait
     if args.listen is None:
         out = sys.stdout.buffer
 
