@@ -20,12 +20,10 @@ ALL_BUGS = tuple(all_bugs())
 SEED = 20261129
 #: Runs of one seed's scenario before a bug counts as surviving (its interleavings' timing is not seeded).
 RACE_ATTEMPTS = 3
-#: Bugs the quick machines miss at SEED in most runs (an open gap, kept visible as a non-strict xfail):
-#: over seeds 20261129..38 this one died at 9 seeds in 10 on MariaDB, and SEED is the one it survives.
-KNOWN_GAPS = {
-    ("mysql", "waking_writes_read_run_unlocked"): "survives the quick machines at seed 20261129 in most runs "
-    "(a waking write must land between the decision's unlocked read and its write)",
-}
+#: Bugs the quick machines miss at SEED in most runs (an open gap, kept visible as a non-strict xfail),
+#: as ``(backend, bug name): why``. Empty: MariaDB's ``waking_writes_read_run_unlocked`` was here until the
+#: machine got a rule parking the decision while a waking write reads (``wake_reads_beside_a_parked_decision``).
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _make(bug: SeededBug):  # type: ignore[no-untyped-def]

@@ -712,6 +712,15 @@ class _Machine(RuleBasedStateMachine):
         self.interleave_wake(pair, kind, "wake_first", "first_lock")
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
+    @rule(**_WAKE)
+    def wake_reads_beside_a_parked_decision(self, pair: list[str], kind: str) -> None:
+        """As ``interleave_wake`` with the blocking decision parked at its COMMIT (its writes done, not yet
+        visible) while the waking write runs up to its first locking statement: every plain read the waking
+        write takes before locking sees the run as it was, then the decision commits. The waking write must
+        still leave the run runnable (one that marks or wakes the run by that plain read loses the wake-up)."""
+        self.interleave_wake(pair, kind, "decision_first", "first_lock")
+
+    @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
           events=st.sampled_from((0, 1, 2)), status=st.sampled_from(("blocked", "pending", "completed")))
     def overlapping_duplicate_commit(self, pair: list[str], at: str, events: int, status: str) -> None:
