@@ -22,7 +22,7 @@ SEED = 20261129
 RACE_ATTEMPTS = 3
 #: Bugs the quick machines miss at SEED in most runs (an open gap, kept visible as a non-strict xfail),
 #: as ``(backend, bug name): why``. Empty: MariaDB's ``waking_writes_read_run_unlocked`` was here until the
-#: machine got a rule parking the decision while a waking write reads (``wake_reads_beside_a_parked_decision``).
+#: machine got a rule parking the decision while a waking write reads (``wake_beside_a_decision_both_ways``).
 KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 

@@ -713,12 +713,15 @@ class _Machine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(**_WAKE)
-    def wake_reads_beside_a_parked_decision(self, pair: list[str], kind: str) -> None:
-        """As ``interleave_wake`` with the blocking decision parked at its COMMIT (its writes done, not yet
-        visible) while the waking write runs up to its first locking statement: every plain read the waking
-        write takes before locking sees the run as it was, then the decision commits. The waking write must
-        still leave the run runnable (one that marks or wakes the run by that plain read loses the wake-up)."""
+    def wake_beside_a_decision_both_ways(self, pair: list[str], kind: str) -> None:
+        """The two lost wake-ups of ``interleave_wake``, one after the other on fresh setups: first the
+        blocking decision parked at its COMMIT (its writes done, not yet visible) while the waking write runs
+        up to its first locking statement, so every plain read the waking write takes first sees the run as
+        it was; then the waking write parked at its COMMIT while the decision runs up to its first lock. Either
+        way the run must stay runnable (a store deciding on a plain read taken before its lock, on either
+        side, loses the wake-up)."""
         self.interleave_wake(pair, kind, "decision_first", "first_lock")
+        self.interleave_wake(pair, kind, "wake_first", "first_lock")
 
     @precondition(lambda self: self.has(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED))
     @rule(pair=st.permutations(TENANT_A), at=st.sampled_from(("first_lock", "first_lock", "start")),
