@@ -66,25 +66,33 @@ class Evidence:
         return self._machine.get(invariant, [])
 
     def _run_machine_checks(self) -> dict[int, list[str]]:
-        from kit.machines.invariants import violations
+        from kit.machines.invariants import acknowledged_violations, violations
 
         if self.state.now is None:
             return {}
         committed = _Committed(self)
-        # the acknowledged starts and signals: a compact index (ids), as they are looked up by key
-        acknowledged: set[tuple[str, str, str]] = set()
-        for op in self.history.ok("start"):
-            acknowledged.add((op.tenant, "run", str(op.run)))
-        for op in self.history.ok("signal"):
-            if isinstance(op.args, dict):
-                acknowledged.add((op.tenant, "signal", f"{op.run}\x1f{op.args.get('dedup')}"))
-        found: dict[int, list[str]] = defaultdict(list)
         tenants = cast(dict[str, dict[str, Any]], dict(self.state.tenants))
+        # every acknowledged start and signal is looked up as it streams by; only the missing ones are
+        # kept, and the machines' check sorts and words them as it would the whole set
+        missing: set[tuple[str, str, str]] = set()
+        for item in self._acknowledged():
+            if item not in missing and acknowledged_violations(tenants, {item}):
+                missing.add(item)
+        found: dict[int, list[str]] = defaultdict(list)
         for sentence in violations(None, tenants, self.state.now, cast(dict[tuple[str, str], int], committed),
-                                   acknowledged):
+                                   missing):
             match = _INVARIANT.search(sentence)
             found[int(match.group(1)) if match else 0].append(sentence)
         return found
+
+    def _acknowledged(self) -> Iterator[tuple[str, str, str]]:
+        """(tenant, "run", run id) of each acknowledged start, (tenant, "signal", run id + dedup key) of each
+        acknowledged signal, as :func:`kit.machines.invariants.acknowledged_violations` takes them."""
+        for op in self.history.ok("start"):
+            yield op.tenant, "run", str(op.run)
+        for op in self.history.ok("signal"):
+            if isinstance(op.args, dict):
+                yield op.tenant, "signal", f"{op.run}\x1f{op.args.get('dedup')}"
 
     def findings(self, invariant: int, name: str) -> Findings:
         """A checker's findings, starting with what the fault machines' invariant checks say of the final state."""

@@ -5,11 +5,16 @@ invocation never completed stays ``pending``: as unknown as ``info``). Claims
 that claimed nothing and clock samples are not kept as ops: samples become the
 store-time bounds (:meth:`HistoryIndex.store_lower` / :meth:`store_upper`);
 granted claims become :class:`Grant` records per run and per command.
+
+:class:`HistoryIndex` keeps the operations in memory (about 0.75 kB an entry: fine
+for tests and short runs); :class:`kit.checkers.spill.SpilledIndex` keeps them in a
+scratch file and gives the checkers the same views, one group at a time.
 """
 
 from __future__ import annotations
 
 import bisect
+import sys
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -149,7 +154,7 @@ class HistoryIndex:
                     clocks[int(entry["index"])] = float(entry["t"])
                     continue
                 op = Op(int(entry["index"]), str(entry.get("process", "")), str(entry.get("f", "")),
-                        str(entry.get("tenant", "")), float(entry.get("t", 0.0)), entry.get("store_us"),
+                        sys.intern(str(entry.get("tenant", ""))), float(entry.get("t", 0.0)), entry.get("store_us"),
                         entry.get("value"), entry.get("run"), entry.get("command"), entry.get("gen"))
                 pending[op.index] = op
             elif "invoke" in entry:
