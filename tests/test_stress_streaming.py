@@ -301,3 +301,68 @@ def test_checking_keeps_a_bounded_number_of_operations_and_run_states_alive(
     held.count()
     assert held.ops >= 400 * steps > ops, (held.ops, peaks)
     del index
+
+
+# -- the final state, read to disk ---------------------------------------------------------------------
+class _Breaking:
+    """A store whose second history read fails (a connection lost halfway through a tenant)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.reads = store, 0
+
+    def get_history(self, run_id: str) -> Any:
+        self.reads += 1
+        if self.reads == 2:
+            raise RuntimeError("connection lost")
+        return self.store.get_history(run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+class _Flaky:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def open(self, tenant: str, **kwargs: Any) -> Any:
+        store = self.inner.open(tenant, **kwargs)
+        return _Breaking(store) if tenant == "t1" else store
+
+
+def test_the_final_state_read_to_disk_is_the_final_state_read_in_memory(tmp_path: Path) -> None:
+    from kit.backends import resolve
+    from kit.checkers import read_final_state
+    from kit.contract import ClockMode
+    from kit.runtime.module import load_workflows
+    from kit.runtime.scenarios import SCENARIOS
+
+    backend, registry = resolve("memory"), load_workflows()
+    database = backend.provision()
+    try:
+        for tenant in ("t0", "t1"):
+            store = database.open(tenant, clock=ClockMode.DATABASE)
+            store.migrate()
+            registry.register(store)
+            for n in range(3):
+                scenario = SCENARIOS["order"]
+                store.start_run(f"{tenant}-order-{n:06d}", registry[scenario.workflow].ref, scenario.make_input(n),
+                                idempotency_key=f"order-{n:06d}")
+            store.close()
+        definitions = [(m.name, m.version) for m in registry]
+        memory = read_final_state(database, ["t0", "t1"], definitions)
+        disk = read_final_state(database, ["t0", "t1"], definitions, spill=tmp_path / "state.sqlite")
+        assert memory.error is None and disk.error is None
+        assert list(disk.runs()) == list(memory.runs()) and len(list(memory.runs())) == 6
+        assert disk.definitions == memory.definitions and disk.run_count == 6
+        assert disk.run("t1", "t1-order-000002") == memory.run("t1", "t1-order-000002")
+        assert disk.run("t1", "t0-order-000002") is None and "t0-order-000001" in disk.tenants["t0"]
+        # a tenant whose reading failed halfway has no runs, on disk as in memory
+        memory = read_final_state(_Flaky(database), ["t0", "t1"], definitions)  # type: ignore[arg-type]
+        disk = read_final_state(_Flaky(database), ["t0", "t1"], definitions,  # type: ignore[arg-type]
+                                spill=tmp_path / "broken.sqlite")
+        assert disk.error == memory.error and "connection lost" in str(disk.error)
+        assert list(disk.tenants) == list(memory.tenants) == ["t0"]
+        assert list(disk.runs()) == list(memory.runs())
+    finally:
+        database.drop()
+        backend.close()
