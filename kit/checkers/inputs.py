@@ -123,28 +123,37 @@ def check_dedup(ev: Evidence) -> Verdict:
     """Invariant 6: one run per idempotency key, one signal per dedup key, one command and timer per operation key."""
     f = ev.findings(6, "deduplication")
     for tenant, runs in ev.state.tenants.items():
-        by_key: dict[str, list[str]] = defaultdict(list)
+        # cross-run uniqueness: a compact index (key -> the first run's id), lists only for keys held twice
+        first: dict[str, str] = {}
+        more: dict[str, list[str]] = {}
         for run_id, state in runs.items():
             f.checked += 1
             key = state["run"].get("idempotency_key")
-            if key is not None:
-                by_key[key].append(run_id)
-        for key, ids in by_key.items():
-            if len(ids) > 1:
+            if key is None:
+                continue
+            if key not in first:
+                first[key] = run_id
+            else:
+                more.setdefault(key, [first[key]]).append(run_id)
+        for key in first:
+            if key in more:
+                ids = more[key]
                 f.violation(f"tenant {tenant} holds {len(ids)} runs ({', '.join(sorted(ids)[:3])}) for the one "
                             f"idempotency key {key!r}", {"state": {"tenant": tenant, "key": key, "runs": ids}},
                             at=float("inf"))
+        del first, more
     created: _Twice[tuple[str, str]] = _Twice()  # cross-run uniqueness: a compact index of every key answered created
     for op in ev.history.ok("start"):
         if isinstance(op.value, dict) and op.value.get("created"):
             created.add((op.tenant, str((op.args or {}).get("key"))), op)
+    for (tenant, key), (a, b) in created.twice(ev):
+        f.violation(f"two starts with idempotency key {key!r} in tenant {tenant} were both answered created: "
+                    f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
+    del created
     committed: _Twice[tuple[str, str, str]] = _Twice()
     for op in ev.history.ok("signal"):
         if isinstance(op.value, dict) and op.value.get("outcome") == "committed":
             committed.add((op.tenant, str(op.run), str((op.args or {}).get("dedup"))), op)
-    for (tenant, key), (a, b) in created.twice(ev):
-        f.violation(f"two starts with idempotency key {key!r} in tenant {tenant} were both answered created: "
-                    f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
     for (tenant, run_id, dedup), (a, b) in committed.twice(ev):
         f.violation(f"two sends of signal {dedup!r} to run {run_id} were both answered committed: "
                     f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)

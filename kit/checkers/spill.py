@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import pickle
 import sqlite3
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -74,13 +75,19 @@ def _op_row(op: Op) -> tuple[Any, ...]:
             op.type, op.done_t, op.done_index, op.value, op.error)
 
 
+def _op_of(row: tuple[Any, ...]) -> Op:
+    op = Op(*row)
+    op.tenant = sys.intern(op.tenant)  # one string per tenant in the compact indexes, not one per operation
+    return op
+
+
 def _op(data: bytes) -> Op:
-    return Op(*pickle.loads(data))
+    return _op_of(pickle.loads(data))
 
 
 def _grant(data: bytes) -> Grant:
     row, run, command, gen, revision, expires_us, granted_us = pickle.loads(data)
-    return Grant(Op(*row), run, command, gen, revision, expires_us, granted_us)
+    return Grant(_op_of(row), run, command, gen, revision, expires_us, granted_us)
 
 
 class _Rows(Iterable[T]):
