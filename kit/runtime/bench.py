@@ -119,7 +119,7 @@ def _stress_memory() -> tuple[float | None, str]:
     grown = ten["history_entries"] / max(one["history_entries"], 1)
     detail = "; ".join(
         f"{label} {m['history_entries']} entries: checking {m['check_heap_peak_kb'] / 1024:.1f} MiB, "
-        f"process peak RSS {m['total_peak_kb'] / 1024:.0f} MiB"
+        f"process peak RSS {m['total_peak_kb'] / 1024:.0f} MiB (tracemalloc on while checking)"
         for label, m in (("1x", one), ("10x", ten)))
     if grown < 5:
         return None, f"the 10x run recorded only {grown:.1f}x the history: no verdict ({detail})"

@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, m in (("1x", one), ("10x", ten)):
         print(f"  memory {label:>3} ({m['seconds']:g} s, {m['runs']} runs, {m['history_entries']} history entries): "
               f"peak RSS {m['workload_peak_kb'] / 1024:.0f} MiB after the workload, "
-              f"{m['total_peak_kb'] / 1024:.0f} MiB after checking; checking's own heap peak "
+              f"{m['total_peak_kb'] / 1024:.0f} MiB after checking (tracemalloc on); checking's own heap peak "
               f"{m['check_heap_peak_kb'] / 1024:.1f} MiB")
     print(f"  ratio 10x/1x: {ten['workload_peak_kb'] / max(one['workload_peak_kb'], 1):.2f} (workload), "
           f"{ten['total_peak_kb'] / max(one['total_peak_kb'], 1):.2f} (process peak RSS), "
