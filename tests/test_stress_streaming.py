@@ -363,6 +363,7 @@ def test_the_final_state_read_to_disk_is_the_final_state_read_in_memory(tmp_path
         assert disk.error == memory.error and "connection lost" in str(disk.error)
         assert list(disk.tenants) == list(memory.tenants) == ["t0"]
         assert list(disk.runs()) == list(memory.runs())
+        assert isinstance(disk.tenants, SpilledRuns) and not disk.tenants.has("t1", "t1-order-000000")
     finally:
         database.drop()
         backend.close()

@@ -269,8 +269,10 @@ class SpilledRuns(Mapping[str, Mapping[str, dict[str, Any]]]):
     """A final state's ``tenants`` mapping kept in the SQLite file ``db_path`` (see the module docstring).
 
     :meth:`tenant` opens a tenant's batch of runs; :meth:`put` adds runs to it; :meth:`done` makes the
-    batch visible, :meth:`drop` forgets it (a tenant whose reading failed has no runs, as in memory).
-    A run put twice keeps its first place and its last state, as a dict does.
+    batch the tenant's runs, :meth:`drop` forgets it (a tenant whose reading failed keeps what it had:
+    nothing, or an earlier complete batch, as in memory). A run put twice keeps its first place and its
+    last state, as a dict does. The batch waits in a staging table (SQLite cannot roll back without a
+    journal, and a journal would hold the batch in memory).
     """
 
     CACHED = 8
@@ -278,7 +280,8 @@ class SpilledRuns(Mapping[str, Mapping[str, dict[str, Any]]]):
     def __init__(self, db_path: Path) -> None:
         self.db = _connect(db_path)
         self.db.executescript("CREATE TABLE tenants (tenant TEXT PRIMARY KEY); "
-                              "CREATE TABLE runs (tenant TEXT, run TEXT, data BLOB, PRIMARY KEY (tenant, run));")
+                              "CREATE TABLE runs (tenant TEXT, run TEXT, data BLOB, PRIMARY KEY (tenant, run)); "
+                              "CREATE TABLE batch (run TEXT PRIMARY KEY, data BLOB);")
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
 
     def close(self) -> None:
@@ -286,22 +289,27 @@ class SpilledRuns(Mapping[str, Mapping[str, dict[str, Any]]]):
 
     # -- writing ------------------------------------------------------------------
     def tenant(self, tenant: str) -> None:
+        self.db.execute("DELETE FROM batch")
         self.db.execute("BEGIN")
-        self.db.execute("DELETE FROM runs WHERE tenant = ?", (tenant,))
 
     def put(self, tenant: str, run_id: str, state: dict[str, Any]) -> None:
-        self.db.execute("INSERT INTO runs (tenant, run, data) VALUES (?, ?, ?) "
-                        "ON CONFLICT (tenant, run) DO UPDATE SET data = excluded.data",
-                        (tenant, run_id, pickle.dumps(state, pickle.HIGHEST_PROTOCOL)))
+        self.db.execute("INSERT INTO batch (run, data) VALUES (?, ?) "
+                        "ON CONFLICT (run) DO UPDATE SET data = excluded.data",
+                        (run_id, pickle.dumps(state, pickle.HIGHEST_PROTOCOL)))
 
     def done(self, tenant: str) -> None:
+        self.db.execute("DELETE FROM runs WHERE tenant = ?", (tenant,))
+        self.db.execute("INSERT INTO runs (tenant, run, data) SELECT ?, run, data FROM batch ORDER BY rowid",
+                        (tenant,))
+        self.db.execute("DELETE FROM batch")
         self.db.execute("INSERT OR IGNORE INTO tenants (tenant) VALUES (?)", (tenant,))
         self.db.execute("COMMIT")
         self._cache.clear()
 
     def drop(self) -> None:
         if self.db.in_transaction:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        self.db.execute("DELETE FROM batch")
         self._cache.clear()
 
     # -- reading --------------------------------------------------------------------

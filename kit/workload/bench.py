@@ -164,8 +164,8 @@ def _child_memory(spec: str, seconds: float, workers: int, runs: int) -> dict[st
     finally:
         backend.close()
     return {"seconds": seconds, "workload_peak_kb": peaks.get("workload_kb", 0),
-            "total_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "check_heap_peak_kb": check_peak // 1024,
-            "history_entries": entries,
+            "total_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "check_heap_peak_kb": check_peak // 1024, "history_entries": entries,
             "runs": result.runs_started, "valid": result.ok}
 
 
