@@ -7,12 +7,19 @@ verdicts merge invalid > unknown > valid (:func:`merge`). Checkers are sound:
 
     from kit.checkers import Evidence, HistoryIndex, check_all, read_final_state
     verdicts = check_all(Evidence(HistoryIndex.from_file(path), read_final_state(db, tenants)))
+
+A stress run checks with :func:`check_stress` instead: the history and the final state
+go to a scratch file as they are read and come back one run at a time, so memory
+is bounded by the largest run and the compact cross-run indexes (ids and ints), not
+by the history's length (:mod:`kit.checkers.spill`). The verdicts are the same.
 """
 
 from __future__ import annotations
 
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from kit.checkers.claims import check_no_stale_effect, check_single_live_claim
 from kit.checkers.evidence import Evidence, scenario_from_run_id
@@ -22,6 +29,7 @@ from kit.checkers.model import GUARANTEES, Findings, Status, Verdict, merge
 from kit.checkers.outcome import check_quiescent, check_tenancy
 from kit.checkers.revisions import check_history, check_revisions, check_terminal
 from kit.checkers.state import FinalState, read_final_state
+from kit.runtime.module import Registry
 
 __all__ = [
     "CHECKERS",
@@ -35,6 +43,7 @@ __all__ = [
     "Status",
     "Verdict",
     "check_all",
+    "check_stress",
     "merge",
     "read_final_state",
     "scenario_from_run_id",
@@ -78,3 +87,24 @@ def check_all(evidence: Evidence, only: Sequence[int] = ()) -> list[Verdict]:
                                     f"the checker failed ({type(exc).__name__}: {exc}); report it to the kit",
                                     ({"traceback": detail},)))
     return verdicts
+
+
+def check_stress(history: Path, read_state: Callable[[Path], FinalState], registry: Registry | None = None,
+                 replay_limit: int = 200) -> list[Verdict]:
+    """:func:`check_all` of a recorded stress history in bounded memory.
+
+    The history file is indexed in one streaming pass into a scratch SQLite file, and
+    ``read_state(spill)`` must read the final state with ``spill`` (see :func:`read_final_state`);
+    both live in a temporary folder beside the history, removed before this returns.
+    """
+    from kit.checkers.spill import SpilledIndex, SpilledRuns
+
+    with tempfile.TemporaryDirectory(prefix=".check-", dir=history.parent) as scratch:
+        state = read_state(Path(scratch) / "state.sqlite")
+        index = SpilledIndex.from_history(history, Path(scratch) / "history.sqlite")
+        try:
+            return check_all(Evidence(index, state, registry, replay_limit=replay_limit))
+        finally:
+            index.close()
+            if isinstance(state.tenants, SpilledRuns):
+                state.tenants.close()

@@ -16,7 +16,7 @@ Both rest on facts a correct store makes unavoidable:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 
 from kit.checkers.evidence import Evidence
@@ -51,7 +51,7 @@ def _latest_expiry(ev: Evidence, grant: Grant, renewals: Iterable[Op], before: O
     return expiry
 
 
-def _expired(f: Findings, ev: Evidence, what: str, op: Op, grant: Grant | None, renewals: list[Op]) -> None:
+def _expired(f: Findings, ev: Evidence, what: str, op: Op, grant: Grant | None, renewals: Sequence[Op]) -> None:
     if grant is None or op.store_lo is None:
         return
     expiry = _latest_expiry(ev, grant, renewals, op)
@@ -121,12 +121,12 @@ def check_no_stale_effect(ev: Evidence) -> Verdict:
                      "current, live claim")
 
 
-def _ended(ops: list[Op], fs: tuple[str, ...]) -> Callable[[int], bool]:
+def _ended(ops: Sequence[Op], fs: tuple[str, ...]) -> Callable[[int], bool]:
     ended = {o.gen for o in ops if o.f in fs and o.type != "fail"}
     return lambda gen: gen in ended
 
 
-def _check_grants(f: Findings, what: str, grants: list[Grant], ended: Callable[[int], bool]) -> None:
+def _check_grants(f: Findings, what: str, grants: Sequence[Grant], ended: Callable[[int], bool]) -> None:
     by_gen: dict[int, list[Grant]] = defaultdict(list)
     for g in grants:
         by_gen[g.gen].append(g)

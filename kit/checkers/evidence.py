@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kit.checkers.index import HistoryIndex, Op
 from kit.checkers.model import Findings
@@ -66,27 +66,33 @@ class Evidence:
         return self._machine.get(invariant, [])
 
     def _run_machine_checks(self) -> dict[int, list[str]]:
-        from kit.machines.invariants import violations
+        from kit.machines.invariants import acknowledged_violations, violations
 
         if self.state.now is None:
             return {}
-        committed: dict[tuple[str, str], int] = {}
-        for tenant, run_id, st in self.state.runs():
-            ok, unknown = self.commits(tenant, run_id)
-            revision = int(st["run"]["revision"])
-            # lost acknowledgements: any revision between the acknowledged and the possible counts
-            committed[(tenant, run_id)] = revision if len(ok) <= revision <= len(ok) + len(unknown) else len(ok)
-        acknowledged: set[tuple[str, str, str]] = set()
-        for op in self.history.ok("start"):
-            acknowledged.add((op.tenant, "run", str(op.run)))
-        for op in self.history.ok("signal"):
-            if isinstance(op.args, dict):
-                acknowledged.add((op.tenant, "signal", f"{op.run}\x1f{op.args.get('dedup')}"))
+        committed = _Committed(self)
+        tenants = cast(dict[str, dict[str, Any]], dict(self.state.tenants))
+        # every acknowledged start and signal is looked up as it streams by; only the missing ones are
+        # kept, and the machines' check sorts and words them as it would the whole set
+        missing: set[tuple[str, str, str]] = set()
+        for item in self._acknowledged():
+            if item not in missing and acknowledged_violations(tenants, {item}):
+                missing.add(item)
         found: dict[int, list[str]] = defaultdict(list)
-        for sentence in violations(None, dict(self.state.tenants), self.state.now, committed, acknowledged):
+        for sentence in violations(None, tenants, self.state.now, cast(dict[tuple[str, str], int], committed),
+                                   missing):
             match = _INVARIANT.search(sentence)
             found[int(match.group(1)) if match else 0].append(sentence)
         return found
+
+    def _acknowledged(self) -> Iterator[tuple[str, str, str]]:
+        """(tenant, "run", run id) of each acknowledged start, (tenant, "signal", run id + dedup key) of each
+        acknowledged signal, as :func:`kit.machines.invariants.acknowledged_violations` takes them."""
+        for op in self.history.ok("start"):
+            yield op.tenant, "run", str(op.run)
+        for op in self.history.ok("signal"):
+            if isinstance(op.args, dict):
+                yield op.tenant, "signal", f"{op.run}\x1f{op.args.get('dedup')}"
 
     def findings(self, invariant: int, name: str) -> Findings:
         """A checker's findings, starting with what the fault machines' invariant checks say of the final state."""
@@ -122,6 +128,30 @@ class Evidence:
         run = state["run"]
         shown = {k: run.get(k) for k in (fields or ("status", "revision", "claim_owner", "claim_generation"))}
         return {"state": {"tenant": tenant, "run": run_id, **{k: plain(v) for k, v in shown.items()}}}
+
+
+class _Committed(Mapping[tuple[str, str], int]):
+    """Run -> the decisions the history says it committed, worked out when asked (not held for every run).
+
+    Lost acknowledgements: any revision between the acknowledged and the possible counts.
+    """
+
+    def __init__(self, ev: Evidence) -> None:
+        self._ev = ev
+
+    def __getitem__(self, key: tuple[str, str]) -> int:
+        st = self._ev.state.run(*key)
+        if st is None:
+            raise KeyError(key)
+        ok, unknown = self._ev.commits(*key)
+        revision = int(st["run"]["revision"])
+        return revision if len(ok) <= revision <= len(ok) + len(unknown) else len(ok)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return ((tenant, run_id) for tenant, runs in self._ev.state.tenants.items() for run_id in runs)
+
+    def __len__(self) -> int:
+        return sum(len(runs) for runs in self._ev.state.tenants.values())
 
 
 def plain(value: Any) -> Any:

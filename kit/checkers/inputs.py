@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterator
+from typing import Generic, TypeVar
 
 from kit.checkers.evidence import Evidence, plain
 from kit.checkers.index import Op, store_time
@@ -24,6 +26,8 @@ from kit.contract.validation import json_equal
 from kit.workload.history import OK
 
 __all__ = ["check_consumption", "check_dedup", "check_durable"]
+
+K = TypeVar("K", bound=Hashable)
 
 _CONSUMED = (("consume_signals", "signal"), ("consume_commands", "command result"), ("consume_timers", "fired timer"))
 
@@ -73,22 +77,41 @@ def check_consumption(ev: Evidence) -> Verdict:
                 f.violation(f"timer {row['timer_id']} ({row['operation_key']}) of run {run_id} is consumed but no "
                             "decision in the history consumed it",
                             {"state": {"tenant": tenant, "run": run_id, "timer": _json_row(row)}}, at=float("inf"))
-    fired: dict[tuple[str, str], list[Op]] = defaultdict(list)
+    fired: _Twice[tuple[str, str]] = _Twice()  # a timer may fire again long after: a compact index of every fired timer
     for op in ev.history.ok("fire"):
         for item in op.value or ():
             f.checked += 1
-            fired[(op.tenant, str(item["timer"]))].append(op)
+            fired.add((op.tenant, str(item["timer"])), op)
             upper = ev.history.store_upper(op.end_t)
             if upper is not None and upper < int(item["fire_at_us"]):
                 f.violation(f"timer {item['timer']} of run {item['run']} was fired by {op.process} (history "
                             f"#{op.index}) no later than store time {store_time(upper)}, before its fire_at "
                             f"{store_time(int(item['fire_at_us']))}", op.ref(), at=op.t)
-    for (tenant, timer), ops in fired.items():
-        if len(ops) > 1:
-            f.violation(f"timer {timer} (tenant {tenant}) fired twice: by {ops[0].where()} and by {ops[1].where()}",
-                        ops[0].ref(), ops[1].ref(), at=ops[1].t)
+    for (tenant, timer), (a, b) in fired.twice(ev):
+        f.violation(f"timer {timer} (tenant {tenant}) fired twice: by {a.where()} and by {b.where()}",
+                    a.ref(), b.ref(), at=b.t)
     return f.verdict(f"{f.checked} runs and firings: every input consumed at most once, every timer fired once, "
                      "never early")
+
+
+class _Twice(Generic[K]):
+    """Which keys were seen twice: a compact index (key -> the first operation's history index), the
+    operations fetched again only for the keys seen twice, in the order the keys were first seen."""
+
+    def __init__(self) -> None:
+        self._first: dict[K, int] = {}
+        self._second: dict[K, int] = {}
+
+    def add(self, key: K, op: Op) -> None:
+        if key not in self._first:
+            self._first[key] = op.index
+        elif key not in self._second:
+            self._second[key] = op.index
+
+    def twice(self, ev: Evidence) -> Iterator[tuple[K, tuple[Op, Op]]]:
+        order = {key: i for i, key in enumerate(self._first) if key in self._second}
+        for key in sorted(self._second, key=order.__getitem__):
+            yield key, (ev.history.op_at(self._first[key]), ev.history.op_at(self._second[key]))
 
 
 def _json_row(row: dict[str, object]) -> dict[str, object]:
@@ -100,33 +123,40 @@ def check_dedup(ev: Evidence) -> Verdict:
     """Invariant 6: one run per idempotency key, one signal per dedup key, one command and timer per operation key."""
     f = ev.findings(6, "deduplication")
     for tenant, runs in ev.state.tenants.items():
-        by_key: dict[str, list[str]] = defaultdict(list)
+        # cross-run uniqueness: a compact index (key -> the first run's id), lists only for keys held twice
+        first: dict[str, str] = {}
+        more: dict[str, list[str]] = {}
         for run_id, state in runs.items():
             f.checked += 1
             key = state["run"].get("idempotency_key")
-            if key is not None:
-                by_key[key].append(run_id)
-        for key, ids in by_key.items():
-            if len(ids) > 1:
+            if key is None:
+                continue
+            if key not in first:
+                first[key] = run_id
+            else:
+                more.setdefault(key, [first[key]]).append(run_id)
+        for key in first:
+            if key in more:
+                ids = more[key]
                 f.violation(f"tenant {tenant} holds {len(ids)} runs ({', '.join(sorted(ids)[:3])}) for the one "
                             f"idempotency key {key!r}", {"state": {"tenant": tenant, "key": key, "runs": ids}},
                             at=float("inf"))
-    created: dict[tuple[str, str], list[Op]] = defaultdict(list)
+        del first, more
+    created: _Twice[tuple[str, str]] = _Twice()  # cross-run uniqueness: a compact index of every key answered created
     for op in ev.history.ok("start"):
         if isinstance(op.value, dict) and op.value.get("created"):
-            created[(op.tenant, str((op.args or {}).get("key")))].append(op)
-    committed: dict[tuple[str, str, str], list[Op]] = defaultdict(list)
+            created.add((op.tenant, str((op.args or {}).get("key"))), op)
+    for (tenant, key), (a, b) in created.twice(ev):
+        f.violation(f"two starts with idempotency key {key!r} in tenant {tenant} were both answered created: "
+                    f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
+    del created
+    committed: _Twice[tuple[str, str, str]] = _Twice()
     for op in ev.history.ok("signal"):
         if isinstance(op.value, dict) and op.value.get("outcome") == "committed":
-            committed[(op.tenant, str(op.run), str((op.args or {}).get("dedup")))].append(op)
-    for (tenant, key), ops in created.items():
-        if len(ops) > 1:
-            f.violation(f"two starts with idempotency key {key!r} in tenant {tenant} were both answered created: "
-                        f"{ops[0].where()} and {ops[1].where()}", ops[0].ref(), ops[1].ref(), at=ops[1].t)
-    for (tenant, run_id, dedup), ops in committed.items():
-        if len(ops) > 1:
-            f.violation(f"two sends of signal {dedup!r} to run {run_id} were both answered committed: "
-                        f"{ops[0].where()} and {ops[1].where()}", ops[0].ref(), ops[1].ref(), at=ops[1].t)
+            committed.add((op.tenant, str(op.run), str((op.args or {}).get("dedup"))), op)
+    for (tenant, run_id, dedup), (a, b) in committed.twice(ev):
+        f.violation(f"two sends of signal {dedup!r} to run {run_id} were both answered committed: "
+                    f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
     return f.verdict(f"{f.checked} runs: no key is stored or answered twice")
 
 
@@ -168,13 +198,20 @@ def check_durable(ev: Evidence) -> Verdict:
                 f.violation(f"command {command} of run {run_id} was completed with "
                             f"{(op.args or {}).get('result')!r} ({op.where()}) but holds {row['result']!r}",
                             op.ref(), at=op.t)
-    sends: dict[tuple[str, str, str], list[Op]] = defaultdict(list)
+    # every signal's sends, judged together: a compact index (the first send's history index, and
+    # the refusals' answers while every send so far was refused)
+    sends: dict[tuple[str, str, str], tuple[int, Counter[str] | None]] = {}
     for op in ev.history.by_f.get("signal", ()):
-        sends[(op.tenant, str(op.run), str((op.args or {}).get("dedup")))].append(op)
-    for (tenant, run_id, dedup), ops in sends.items():
-        if all(op.type == "fail" for op in ops):
+        key = (op.tenant, str(op.run), str((op.args or {}).get("dedup")))
+        first, refused = sends.get(key, (op.index, Counter()))
+        if refused is not None and op.type == "fail":
+            refused[str(op.value)] += 1
+        sends[key] = (first, refused if op.type == "fail" else None)
+    for (tenant, run_id, dedup), (first, refused) in sends.items():
+        if refused is not None:
             state = ev.state.run(tenant, run_id)
             if state is not None and dedup in state["signals"]:
+                op = ev.history.op_at(first)
                 f.violation(f"signal {dedup!r} to run {run_id} was refused every time "
-                            f"({Counter(str(o.value) for o in ops)}) yet it is stored", ops[0].ref(), at=ops[0].t)
+                            f"({refused}) yet it is stored", op.ref(), at=op.t)
     return f.verdict(f"{f.checked} acknowledged writes: all present, nothing refused was stored")

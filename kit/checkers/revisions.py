@@ -109,7 +109,7 @@ def _terminal_commit(ev: Evidence, tenant: str, run_id: str) -> Op | None:
 def check_terminal(ev: Evidence) -> Verdict:
     """Invariant 8: terminal runs never change; definitions never change."""
     f = Findings(8, "terminal_immutable")
-    for (tenant, run_id) in list(ev.history.by_run):
+    for (tenant, run_id) in ev.history.by_run:
         end = _terminal_commit(ev, tenant, run_id)
         if end is None:
             continue

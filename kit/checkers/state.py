@@ -10,9 +10,10 @@ has it, so :func:`kit.machines.invariants.violations` applies unchanged, and
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from kit.contract import ClockMode, Database, Storage, iter_pages
@@ -24,7 +25,9 @@ __all__ = ["FinalState", "read_final_state", "read_run"]
 class FinalState:
     """Every run of every tenant after the workload, plus the definitions and the store clock."""
 
-    tenants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    tenants: Mapping[str, Mapping[str, dict[str, Any]]] = field(default_factory=dict)
+    """tenant -> run id -> the run's state (see the module docstring); in memory, or on disk
+    (:class:`kit.checkers.spill.SpilledRuns`) when read with ``spill``."""
     definitions: dict[tuple[str, str, str], tuple[str, str] | None] = field(default_factory=dict)
     """(tenant, name, version) -> (digest, sha256 of the body), or None if it is gone."""
     now: datetime | None = None
@@ -71,21 +74,38 @@ def read_run(store: Storage, run: Any) -> dict[str, Any]:
 
 def read_final_state(
     database: Database, tenants: Iterable[str], definitions: Iterable[tuple[str, str]] = (),
-    clock: ClockMode = ClockMode.DATABASE,
+    clock: ClockMode = ClockMode.DATABASE, spill: Path | None = None,
 ) -> FinalState:
     """Read everything; a failure leaves what was read and ``error`` saying why the rest is missing.
 
     ``clock`` is the clock the workload ran on (``TEST`` under the deterministic scheduler), so
-    ``now`` is comparable with the stored leases and due times.
+    ``now`` is comparable with the stored leases and due times. With ``spill`` (a file that does
+    not exist yet) each run's state goes to that SQLite file as it is read and is read back when
+    a checker asks for it, so memory does not grow with the number of runs; the caller deletes it.
     """
     state = FinalState()
     wanted = list(definitions)
+    in_memory: dict[str, dict[str, dict[str, Any]]] = {}
+    on_disk = None
+    if spill is not None:
+        from kit.checkers.spill import SpilledRuns
+
+        on_disk = SpilledRuns(spill)
+        state.tenants = on_disk
+    else:
+        state.tenants = in_memory
     try:
         for tenant in tenants:
             store = database.open(tenant, clock=clock)
             try:
                 state.now = store.now()
-                state.tenants[tenant] = {run.run_id: read_run(store, run) for run in iter_pages(store, page=200)}
+                if on_disk is None:
+                    in_memory[tenant] = {run.run_id: read_run(store, run) for run in iter_pages(store, page=200)}
+                else:
+                    on_disk.tenant(tenant)
+                    for run in iter_pages(store, page=200):
+                        on_disk.put(tenant, run.run_id, read_run(store, run))
+                    on_disk.done(tenant)
                 for name, version in wanted:
                     found = store.get_definition(name, version)
                     state.definitions[(tenant, name, version)] = (
@@ -94,5 +114,7 @@ def read_final_state(
             finally:
                 store.close()
     except Exception as exc:  # noqa: BLE001 - reported as every state-based verdict being unknown
+        if on_disk is not None:
+            on_disk.drop()
         state.error = f"reading the final state failed: {type(exc).__name__}: {exc}"
     return state

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kit.checkers import Evidence, HistoryIndex, Status, check_all, merge, read_final_state
+from kit.checkers import Status, check_stress, merge, read_final_state
 from kit.clock import to_micros
 from kit.contract import Backend, ClockMode, Database
 from kit.faults.nemesis import plan_faults
@@ -184,10 +184,11 @@ class DeterministicRun(_Run):
         rec.close()
         self.report.flush(self.tracker, 1 << 30)
         self._phase("check")
-        state = read_final_state(self.database, self.ctx.tenants, [(m.name, m.version) for m in self.registry],
-                                 clock=ClockMode.TEST)
-        evidence = Evidence(HistoryIndex.from_file(rec.path), state, self.registry, replay_limit=cfg.replay_limit)
-        verdicts = check_all(evidence)
+        definitions = [(m.name, m.version) for m in self.registry]
+        verdicts = check_stress(rec.path, lambda spill: read_final_state(self.database, self.ctx.tenants,
+                                                                         definitions, clock=ClockMode.TEST,
+                                                                         spill=spill),
+                                self.registry, cfg.replay_limit)
         elapsed = time.monotonic() - started
         status = merge(v.status for v in verdicts)
         bundle = None

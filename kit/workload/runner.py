@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.checkers import Evidence, HistoryIndex, Status, Verdict, check_all, merge, read_final_state
+from kit.checkers import Status, Verdict, check_stress, merge, read_final_state
 from kit.contract import Backend, ClockMode, Database, Storage
 from kit.faults.nemesis import Fault, Nemesis, plan_faults
 from kit.runtime.module import load_workflows
@@ -206,9 +206,10 @@ class _Run:
         rec.close()
         self.report.flush(self.tracker, 1 << 30)
         self._phase("check")
-        state = read_final_state(self.database, self.ctx.tenants, [(m.name, m.version) for m in self.registry])
-        evidence = Evidence(HistoryIndex.from_file(rec.path), state, self.registry, replay_limit=cfg.replay_limit)
-        verdicts = check_all(evidence)
+        definitions = [(m.name, m.version) for m in self.registry]
+        verdicts = check_stress(rec.path, lambda spill: read_final_state(self.database, self.ctx.tenants,
+                                                                         definitions, spill=spill),
+                                self.registry, cfg.replay_limit)
         elapsed = time.monotonic() - started
         status = merge(v.status for v in verdicts)
         folder = self.report.finish(verdicts, elapsed, 1 if status is Status.INVALID or self.ctx.errors else 0)
