@@ -27,10 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kit.checkers import Status, check_stress, merge, read_final_state
+from kit.checkers import Status, merge
 from kit.clock import to_micros
 from kit.contract import Backend, ClockMode, Database
-from kit.faults.nemesis import plan_faults
 from kit.workload.config import StressConfig
 from kit.workload.report import StressReport
 from kit.workload.runner import Progress, StressResult, _Run
@@ -91,15 +90,7 @@ class DeterministicRun(_Run):
         finally:
             setup.close()
         rec.sampled(virtual.now_us)
-        slots: dict[str, list[str]] = {}
-        for actor in self.actors:
-            slots.setdefault(actor.role, []).append(actor.name)
-        plan = plan_faults(cfg.seed, cfg.duration_s, cfg.faults, slots, cfg.lease_s, cfg.fault_interval_s)
-        self.report.write_json("plan.json", [f.to_json() for f in plan])
-        rec.info("kit", "config", value={"config": cfg.to_json(), "backend": getattr(self.backend, "name", "?"),
-                                         "capabilities": sorted(c.value for c in self.backend.capabilities.supported),
-                                         "faults_planned": len(plan), "mode": "deterministic",
-                                         "replay": self.replaying})
+        plan = self._plan_and_record(mode="deterministic", replay=self.replaying)
         self.client.register()
         self.ticker = ClockTicker(self.database, self.ctx.tenants[0], virtual, rec, cfg.seed, cfg.lease_s)
         by_name = {actor.name: actor for actor in self.actors}
@@ -183,12 +174,7 @@ class DeterministicRun(_Run):
             self.ctx.note(f"replay: {self.scheduler.skipped} recorded choices were not eligible at their turn")
         rec.close()
         self.report.flush(self.tracker, 1 << 30)
-        self._phase("check")
-        definitions = [(m.name, m.version) for m in self.registry]
-        verdicts = check_stress(rec.path, lambda spill: read_final_state(self.database, self.ctx.tenants,
-                                                                         definitions, clock=ClockMode.TEST,
-                                                                         spill=spill),
-                                self.registry, cfg.replay_limit)
+        verdicts = self._check(ClockMode.TEST)
         elapsed = time.monotonic() - started
         status = merge(v.status for v in verdicts)
         bundle = None

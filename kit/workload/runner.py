@@ -167,14 +167,7 @@ class _Run:
             setup.migrate()
         finally:
             setup.close()
-        slots: dict[str, list[str]] = {}
-        for actor in self.actors:
-            slots.setdefault(actor.role, []).append(actor.name)
-        plan = plan_faults(cfg.seed, cfg.duration_s, cfg.faults, slots, cfg.lease_s, cfg.fault_interval_s)
-        self.report.write_json("plan.json", [f.to_json() for f in plan])
-        rec.info("kit", "config", value={"config": cfg.to_json(), "backend": getattr(self.backend, "name", "?"),
-                                         "capabilities": sorted(c.value for c in self.backend.capabilities.supported),
-                                         "faults_planned": len(plan)})
+        plan = self._plan_and_record()
         self.sampler.start()
         self._wait_for_first_sample()
         self.client.register()
@@ -205,17 +198,39 @@ class _Run:
         self.sampler.stop()
         rec.close()
         self.report.flush(self.tracker, 1 << 30)
-        self._phase("check")
-        definitions = [(m.name, m.version) for m in self.registry]
-        verdicts = check_stress(rec.path, lambda spill: read_final_state(self.database, self.ctx.tenants,
-                                                                         definitions, spill=spill),
-                                self.registry, cfg.replay_limit)
+        verdicts = self._check(ClockMode.DATABASE)
         elapsed = time.monotonic() - started
         status = merge(v.status for v in verdicts)
         folder = self.report.finish(verdicts, elapsed, 1 if status is Status.INVALID or self.ctx.errors else 0)
         return StressResult(cfg, folder, rec.path, verdicts, plan, self.tracker.summary(), drain,
                             len(self.client.started), elapsed, self._transactions()[0], phase, phase_ended,
                             list(self.ctx.errors), dict(self.ctx.notes))
+
+    # -- shared by both modes ----------------------------------------------------------
+    def _plan_and_record(self, **extra: Any) -> list[Fault]:
+        """The nemesis's seeded plan, written to ``plan.json``, and the run's config as the history's first
+        record (``extra``: what the mode adds, e.g. ``mode``, ``replay``)."""
+        cfg = self.config
+        slots: dict[str, list[str]] = {}
+        for actor in self.actors:
+            slots.setdefault(actor.role, []).append(actor.name)
+        plan = plan_faults(cfg.seed, cfg.duration_s, cfg.faults, slots, cfg.lease_s, cfg.fault_interval_s)
+        self.report.write_json("plan.json", [f.to_json() for f in plan])
+        self.recorder.info("kit", "config", value={
+            "config": cfg.to_json(), "backend": getattr(self.backend, "name", "?"),
+            "capabilities": sorted(c.value for c in self.backend.capabilities.supported),
+            "faults_planned": len(plan), **extra})
+        return plan
+
+    def _check(self, clock: ClockMode) -> list[Verdict]:
+        """The *check* phase: every checker over the closed history and the final state read with ``clock``
+        (streamed, see :func:`~kit.checkers.check_stress`)."""
+        self._phase("check")
+        definitions = [(m.name, m.version) for m in self.registry]
+        return check_stress(self.recorder.path,
+                            lambda spill: read_final_state(self.database, self.ctx.tenants, definitions, clock=clock,
+                                                           spill=spill),
+                            self.registry, self.config.replay_limit)
 
     # -- phases ---------------------------------------------------------------------
     def _phase(self, name: str) -> None:
