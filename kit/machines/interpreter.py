@@ -50,9 +50,9 @@ from kit.machines import progress
 from kit.machines.invariants import acknowledged_violations, violations
 from kit.machines.normalize import normalize
 from kit.machines.reach import ReachSteps
-from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
+from kit.machines.side import CLOCK_WORKER, WORKERS, Side, body_of, ms
 from kit.machines.steps import describe
-from kit.machines.touched import named_runs, step_ops, touched
+from kit.machines.touched import named_runs, step_ops, step_tenants, touched
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
@@ -71,6 +71,8 @@ _REFUSED: dict[str, Any] = {
     "too_deep": nested(v.MAX_JSON_DEPTH + 1), "nul_in_payload": {"k": ["a\x00b"]},
     "surrogate_in_payload_key": {"a\ud800b": 1},
 }
+_TENANT_OF = WORKERS
+"""worker -> tenant: whose runs a step names."""
 #: Names probed in every definition listing besides the names defined: LIKE patterns that match "wf".
 _LISTING_PROBES = ("w_", "w%")
 
@@ -809,14 +811,16 @@ class Interpreter(ReachSteps):
             raise Divergence(index, step, "state", where + difference, None, None)
         self._seen = {tenant: dict(runs) for tenant, runs in runs_only.items()}
 
-    def _touched_state(self, side: Side, keys: set[tuple[str, str]], definitions: bool) -> dict[str, Any]:
+    def _touched_state(self, side: Side, keys: set[tuple[str, str]], definitions: set[str]) -> dict[str, Any]:
         """The state of the runs ``keys`` names ((tenant, run id); a missing run left out) per tenant, as
-        ``export_state(run_ids=...)`` or the reads show it; and each tenant's definitions when ``definitions``."""
+        ``export_state(run_ids=...)`` or the reads show it; and the definitions of the tenants ``definitions``
+        names."""
         state: dict[str, Any] = {}
         for tenant, worker in side.tenants().items():
             store = _observer(side, worker)
-            state[tenant] = runs_state(store, [run for (t, run) in keys if t == tenant])
-            if definitions:
+            wanted = [run for (t, run) in keys if t == tenant]
+            state[tenant] = runs_state(store, wanted) if wanted else {}
+            if tenant in definitions:
                 self._definition_state(store, tenant, state)
         return state
 
@@ -828,9 +832,10 @@ class Interpreter(ReachSteps):
             self._compare_whole(index, step)
             return
         tenants = self.reference.tenants()
-        named = named_runs(step)
-        keys = {key for key in changed.runs if key[0] in tenants} | {(t, run) for t in tenants for run in named}
-        definitions = changed.definitions or "define" in step_ops(step)
+        keys = {key for key in changed.runs if key[0] in tenants} | named_runs(step, _TENANT_OF)
+        definitions = set(changed.definitions)
+        if "define" in step_ops(step):
+            definitions |= step_tenants(step, _TENANT_OF)
         try:
             adapter_state = self._touched_state(self.adapter, keys, definitions)
         except KitError as exc:

@@ -9,21 +9,20 @@ A step touched a run when the reference engine changed one of the run's rows
 reference state before and after the step (:meth:`Table.differences`: rows are
 immutable and replaced on write, so this costs what was written, whatever
 the step did: units of work, races replayed in several orders, crashes), and
-when the step names the run (in any tenant: a write an adapter lands in the
-wrong tenant shows at once). Definitions are compared when the reference's
-changed or the step defines one; the whole state when the applied migrations
-changed.
+when the step names the run (in the tenants of the workers that name it).
+A tenant's definitions are compared when the reference's changed or the step
+defines one there; the whole state when the applied migrations changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kit.reference._tables import Tables
 
-__all__ = ["Touched", "named_runs", "step_ops", "touched"]
+__all__ = ["NOTHING", "Touched", "named_runs", "step_ops", "step_tenants", "touched"]
 
 
 @dataclass(frozen=True)
@@ -32,18 +31,24 @@ class Touched:
 
     runs: frozenset[tuple[str, str]]
     """(tenant, run id) of every run whose rows changed."""
-    definitions: bool
-    """Some definition row changed."""
+    definitions: frozenset[str]
+    """The tenants whose definition rows changed."""
     schema: bool
     """The applied migrations changed: compare everything."""
 
 
+NOTHING = Touched(frozenset(), frozenset(), False)
+
 _CHILD_TABLES = ("commands", "signals", "timers")
 """Tables keyed by an id whose rows are (tenant, entity with ``run_id``)."""
+
+_WORKER_FIELDS = ("worker", "holder", "other", "claim_of")
 
 
 def touched(before: Tables, after: Tables) -> Touched:
     """What changed from ``before`` (the published reference state when the step began) to ``after``."""
+    if after is before:  # nothing was published: the step wrote nothing
+        return NOTHING
     runs: set[tuple[str, str]] = set()
     for table in ("runs", "history"):  # keyed by (tenant, run id)
         runs.update(key for key, _, _ in getattr(after, table).differences(getattr(before, table)))
@@ -52,7 +57,7 @@ def touched(before: Tables, after: Tables) -> Touched:
             for row in (old, new):
                 if isinstance(row, tuple):  # not the marker of a missing row
                     runs.add((row[0], row[1].run_id))
-    definitions = next(iter(after.definitions.differences(before.definitions)), None) is not None
+    definitions = frozenset(key[0] for key, _, _ in after.definitions.differences(before.definitions))
     return Touched(frozenset(runs), definitions, after.applied != before.applied)
 
 
@@ -66,9 +71,23 @@ def _nested(step: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield from _nested(op)
 
 
-def named_runs(step: dict[str, Any]) -> set[str]:
-    """The run ids ``step`` (or an operation inside it) names."""
-    return {s["run"] for s in _nested(step) if isinstance(s.get("run"), str)}
+def step_tenants(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[str]:
+    """The tenants of the workers ``step`` (or an operation inside it) names; every tenant when it names none
+    (``tenant_of``: worker -> tenant)."""
+    named = {tenant_of[w] for s in _nested(step) for f in _WORKER_FIELDS
+             if isinstance(w := s.get(f), str) and w in tenant_of}
+    return named or set(tenant_of.values())
+
+
+def named_runs(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[tuple[str, str]]:
+    """(tenant, run id) of each run ``step`` (or an operation inside it) names, in the tenants of the workers
+    that name it (in every tenant when the operation names no worker)."""
+    found: set[tuple[str, str]] = set()
+    for s in _nested(step):
+        run = s.get("run")
+        if isinstance(run, str):
+            found.update((tenant, run) for tenant in step_tenants({k: s.get(k) for k in _WORKER_FIELDS}, tenant_of))
+    return found
 
 
 def step_ops(step: dict[str, Any]) -> set[str]:

@@ -25,6 +25,8 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
+from operator import is_not
 from typing import Any, Generic, TypeVar, overload
 
 from kit.contract.entities import (
@@ -207,9 +209,9 @@ class Table(Generic[K, V]):
         a bucket both still share."""
         if self is base:
             return
-        for mine, theirs in zip(self._rows._buckets, base._rows._buckets):
-            if mine is theirs:
-                continue
+        ours, bases = self._rows._buckets, base._rows._buckets
+        for i in compress(range(_BUCKETS), map(is_not, ours, bases)):
+            mine, theirs = ours[i], bases[i]
             for key in mine.keys() | theirs.keys():
                 old, new = theirs.get(key, _GONE), mine.get(key, _GONE)
                 if old is not new:
