@@ -116,7 +116,7 @@ def check_json(label: str, value: JSON) -> JSON:
     if not isinstance(value, list | dict):
         _check_leaf(label, value)
         return value
-    stack: list[tuple[_Where, object, int]] = [((None, label), value, 0)]
+    stack: list[tuple[_Where, object, int]] = [(label, value, 0)]
     while stack:
         where, item, depth = stack.pop()
         if isinstance(item, list | dict) and depth >= MAX_JSON_DEPTH:
@@ -127,9 +127,9 @@ def check_json(label: str, value: JSON) -> JSON:
         if isinstance(item, list):
             for i, v in enumerate(item):
                 if type(v) not in _SCALARS:
-                    stack.append(((where, f"[{i}]"), v, depth + 1))
+                    stack.append(((where, i), v, depth + 1))
                 elif not _fine(v):
-                    _check_leaf((where, f"[{i}]"), v)
+                    _check_leaf((where, i), v)
             continue
         if isinstance(item, dict):
             for k, v in item.items():
@@ -140,9 +140,9 @@ def check_json(label: str, value: JSON) -> JSON:
                 if not _fine(k):
                     _check_portable_str(f"{_spell(where)} key", k)
                 if type(v) not in _SCALARS:
-                    stack.append(((where, f"[{k!r}]"), v, depth + 1))
+                    stack.append(((where, k), v, depth + 1))
                 elif not _fine(v):
-                    _check_leaf((where, f"[{k!r}]"), v)
+                    _check_leaf((where, k), v)
             continue
         _check_leaf(where, item)
     return value
@@ -151,8 +151,8 @@ def check_json(label: str, value: JSON) -> JSON:
 _SCALARS = frozenset({type(None), bool, int, float, str})
 """The exact types of JSON scalars: an item of one of them is judged in place (subclasses go the long way)."""
 
-_Where = tuple[Any, str]
-"""(parent path or None, this step's text): an item's path, spelled out only for an error."""
+_Where = Any
+"""An item's path: the label, or (parent path, list index or object key); spelled out only for an error."""
 
 
 def _fine(item: object) -> bool:
@@ -164,18 +164,17 @@ def _fine(item: object) -> bool:
     return True
 
 
-def _spell(where: _Where | str) -> str:
-    if isinstance(where, str):
-        return where
+def _spell(where: _Where) -> str:
     steps: list[str] = []
-    node: Any = where
-    while node is not None:
+    node = where
+    while isinstance(node, tuple):
         node, step = node
-        steps.append(step)
+        steps.append(f"[{step}]" if isinstance(step, int) else f"[{step!r}]")
+    steps.append(node)
     return "".join(reversed(steps))
 
 
-def _check_leaf(where: _Where | str, item: object) -> None:
+def _check_leaf(where: _Where, item: object) -> None:
     """Refuse a value that is no JSON container and no storable JSON scalar."""
     if item is None or isinstance(item, bool | int):
         return
@@ -211,17 +210,22 @@ def copy_json(value: JSON) -> JSON:
         return value
     root: list[JSON] = [value]
     work: list[tuple[list[JSON] | dict[str, JSON], int | str]] = [(root, 0)]
+    push, pop = work.append, work.pop
     while work:
-        parent, slot = work.pop()
+        parent, slot = pop()
         item = parent[slot]  # type: ignore[index]
         if isinstance(item, list):
             copied_list: list[JSON] = list(item)
             parent[slot] = copied_list  # type: ignore[index]
-            work.extend((copied_list, i) for i, v in enumerate(copied_list) if isinstance(v, list | dict))
+            for i, v in enumerate(copied_list):
+                if isinstance(v, list | dict):
+                    push((copied_list, i))
         else:
             copied_dict: dict[str, JSON] = dict(item)
             parent[slot] = copied_dict  # type: ignore[index]
-            work.extend((copied_dict, k) for k, v in copied_dict.items() if isinstance(v, list | dict))
+            for k, v in copied_dict.items():
+                if isinstance(v, list | dict):
+                    push((copied_dict, k))
     return root[0]
 
 
