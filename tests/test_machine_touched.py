@@ -166,5 +166,5 @@ def test_what_a_step_touched() -> None:
     assert named_runs({"op": "race", "ops": [{"op": "signal", "worker": "w0", "run": "r1"},
                                              {"op": "start", "worker": "w3", "run": "r2"}]}, tenants) == {
         ("tenant-a", "r1"), ("tenant-b", "r2")}
-    assert named_runs({"op": "advance_to", "target": "timer", "run": "r1"}, tenants) == {
-        ("tenant-a", "r1"), ("tenant-b", "r1")}
+    assert named_runs({"op": "unit", "mode": "commit", "run": "u0"}, tenants) == {("tenant-a", "u0"), ("tenant-b", "u0")}
+    assert named_runs({"op": "load", "worker": "w0", "run": "r1"}, tenants) == set()

@@ -9,7 +9,9 @@ A step touched a run when the reference engine changed one of the run's rows
 reference state before and after the step (:meth:`Table.differences`: rows are
 immutable and replaced on write, so this costs what was written, whatever
 the step did: units of work, races replayed in several orders, crashes), and
-when the step names the run (in the tenants of the workers that name it).
+when the step writes (or tries to write) a run it names (in the tenants of the
+workers that name it; a read or a clock move names runs it must not change:
+they are compared when a write touches them, or at the end).
 A tenant's definitions are compared when the reference's changed or the step
 defines one there; the whole state when the applied migrations changed.
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from kit.reference._tables import Tables
 
-__all__ = ["NOTHING", "Touched", "named_runs", "step_ops", "step_tenants", "touched"]
+__all__ = ["NOTHING", "READS", "Touched", "named_runs", "step_ops", "step_tenants", "touched"]
 
 
 @dataclass(frozen=True)
@@ -79,13 +81,18 @@ def step_tenants(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[str]
     return named or set(tenant_of.values())
 
 
+READS = frozenset({"load", "read_back", "list_page", "advance", "advance_to"})
+"""Ops that write no run by contract (reads, clock moves): the runs they name are compared when a write
+touches them, or at the end of the example."""
+
+
 def named_runs(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[tuple[str, str]]:
-    """(tenant, run id) of each run ``step`` (or an operation inside it) names, in the tenants of the workers
-    that name it (in every tenant when the operation names no worker)."""
+    """(tenant, run id) of each run ``step`` (or an operation inside it, not one of :data:`READS`) names, in
+    the tenants of the workers that name it (in every tenant when the operation names no worker)."""
     found: set[tuple[str, str]] = set()
     for s in _nested(step):
         run = s.get("run")
-        if isinstance(run, str):
+        if isinstance(run, str) and s.get("op") not in READS:
             found.update((tenant, run) for tenant in step_tenants({k: s.get(k) for k in _WORKER_FIELDS}, tenant_of))
     return found
 
