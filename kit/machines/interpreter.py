@@ -922,11 +922,12 @@ class _Blocked(Exception):
 
 
 def _wait_us(us: int) -> None:
+    """Return once ``us`` microseconds have passed on the host's monotonic clock (sleeping, not spinning)."""
     import time
 
     deadline = time.monotonic_ns() + us * 1000
-    while time.monotonic_ns() < deadline:
-        time.sleep(0)
+    while (left := deadline - time.monotonic_ns()) > 0:
+        time.sleep(left / 1e9)
 
 
 def _observer(side: Side, worker: str) -> Any:
