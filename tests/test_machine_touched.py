@@ -168,3 +168,19 @@ def test_what_a_step_touched() -> None:
         ("tenant-a", "r1"), ("tenant-b", "r2")}
     assert named_runs({"op": "unit", "mode": "commit", "run": "u0"}, tenants) == {("tenant-a", "u0"), ("tenant-b", "u0")}
     assert named_runs({"op": "load", "worker": "w0", "run": "r1"}, tenants) == set()
+
+
+def test_the_collector_is_given_back_after_a_machine_run() -> None:
+    """A machine run collects less while it runs, and leaves the collector as it found it (nested blocks too)."""
+    import gc
+
+    from kit.machines.collector import THRESHOLDS, collecting_less
+
+    before = gc.get_threshold()
+    with collecting_less():
+        with collecting_less():
+            assert gc.get_threshold() == THRESHOLDS
+        assert gc.get_threshold() == THRESHOLDS and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    run_machine(MemoryBackend(), Profile("gc", 2, 5), SEED)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -30,6 +30,7 @@ from hypothesis.stateful import (
 
 from kit.contract import Backend, Capability
 from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
+from kit.machines.collector import collecting_less
 from kit.machines.interpreter import Divergence, Interpreter
 
 __all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "pinned_generation", "pooled_database", "run_machine"]
@@ -1165,7 +1166,7 @@ def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: 
     started = time.monotonic()
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        with pinned_generation():
+        with pinned_generation(), collecting_less():
             run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink, database=example_db))
     except Divergence:
         outcome.failure = machine.failures[-1]
