@@ -52,7 +52,7 @@ from kit.machines.normalize import normalize
 from kit.machines.reach import ReachSteps
 from kit.machines.side import CLOCK_WORKER, WORKERS, Side, body_of, ms
 from kit.machines.steps import describe
-from kit.machines.touched import named_runs, step_ops, step_tenants, touched
+from kit.machines.touched import defined_versions, named_runs, touched
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
@@ -811,10 +811,12 @@ class Interpreter(ReachSteps):
             raise Divergence(index, step, "state", where + difference, None, None)
         self._seen = {tenant: dict(runs) for tenant, runs in runs_only.items()}
 
-    def _touched_state(self, side: Side, keys: set[tuple[str, str]], definitions: set[str]) -> dict[str, Any]:
+    def _touched_state(self, side: Side, keys: set[tuple[str, str]], definitions: set[str],
+                       defined: set[tuple[str, str, str]]) -> dict[str, Any]:
         """The state of the runs ``keys`` names ((tenant, run id); a missing run left out) per tenant, as
-        ``export_state(run_ids=...)`` or the reads show it; and the definitions of the tenants ``definitions``
-        names."""
+        ``export_state(run_ids=...)`` or the reads show it; all definitions of the tenants ``definitions``
+        names; and the versions ``defined`` names ((tenant, name, version), a define that changed nothing on
+        the reference) with their names' listings."""
         state: dict[str, Any] = {}
         for tenant, worker in side.tenants().items():
             store = _observer(side, worker)
@@ -822,6 +824,15 @@ class Interpreter(ReachSteps):
             state[tenant] = runs_state(store, wanted) if wanted else {}
             if tenant in definitions:
                 self._definition_state(store, tenant, state)
+            mine = sorted((name, version) for (t, name, version) in defined if t == tenant)
+            if mine:
+                found = {}
+                for name, version in mine:
+                    d = store.get_definition(name, version)
+                    found[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
+                    found[f"{name} listed"] = [[d.version, d.digest, d.body.hex()]
+                                               for d in store.list_definition_versions(name)]
+                state[f"{tenant}#defined"] = found
         return state
 
     def _compare_touched(self, index: int, step: dict[str, Any], base: Any) -> None:
@@ -834,13 +845,13 @@ class Interpreter(ReachSteps):
         tenants = self.reference.tenants()
         keys = {key for key in changed.runs if key[0] in tenants} | named_runs(step, _TENANT_OF)
         definitions = set(changed.definitions)
-        if "define" in step_ops(step):
-            definitions |= step_tenants(step, _TENANT_OF)
+        defined = {(tenant, name, version) for (tenant, name, version) in defined_versions(step, _TENANT_OF)
+                   if tenant not in definitions}
         try:
-            adapter_state = self._touched_state(self.adapter, keys, definitions)
+            adapter_state = self._touched_state(self.adapter, keys, definitions, defined)
         except KitError as exc:
             raise Divergence(index, step, "state", f"reading the adapter's state failed: {exc!r}") from exc
-        reference_state = self._touched_state(self.reference, keys, definitions)
+        reference_state = self._touched_state(self.reference, keys, definitions, defined)
         now = self.reference.store(CLOCK_WORKER).now()
         before = {t: {run: self._seen[t][run] for (k, run) in keys if k == t and run in self._seen.get(t, {})}
                   for t in tenants}

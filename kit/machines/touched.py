@@ -12,8 +12,9 @@ the step did: units of work, races replayed in several orders, crashes), and
 when the step writes (or tries to write) a run it names (in the tenants of the
 workers that name it; a read or a clock move names runs it must not change:
 they are compared when a write touches them, or at the end).
-A tenant's definitions are compared when the reference's changed or the step
-defines one there; the whole state when the applied migrations changed.
+A tenant's definitions are compared when the reference's changed there; a
+version a step ensures without changing the reference's, with its name's
+listing; the whole state when the applied migrations changed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from kit.reference._tables import Tables
 
-__all__ = ["NOTHING", "READS", "Touched", "named_runs", "step_ops", "step_tenants", "touched"]
+__all__ = ["NOTHING", "READS", "Touched", "defined_versions", "named_runs", "step_tenants", "touched"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ def named_runs(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[tuple[
     return found
 
 
-def step_ops(step: dict[str, Any]) -> set[str]:
-    """The ops of ``step`` and of the operations inside it (a race's, a crash's, a lost ack's)."""
-    return {str(s.get("op")) for s in _nested(step)}
+def defined_versions(step: dict[str, Any], tenant_of: Mapping[str, str]) -> set[tuple[str, str, str]]:
+    """(tenant, name, version) of each definition ``step`` (or an operation inside it) ensures."""
+    return {(tenant_of[s["worker"]], str(s["name"]), str(s.get("version", "1"))) for s in _nested(step)
+            if s.get("op") == "define" and s.get("worker") in tenant_of and "name" in s}
