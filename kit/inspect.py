@@ -7,8 +7,10 @@ replaced by natural keys, so stores that number rows differently compare equal;
 ``raw_keys`` keeps the natural keys as listed, so a duplicate is still visible.
 
 A store may offer ``export_state()`` returning exactly this structure in a few
-queries (the SQL adapters and the reference engine do); the conformance suite
-checks that it equals what the individual reads return. The state is an
+queries (the SQL adapters and the reference engine do), and may accept
+``export_state(run_ids=...)`` for only the runs named (the fault machines read
+the runs a step touched that way); the conformance suite checks that both
+equal what the individual reads return. The state is an
 :class:`~kit.contract.json_exact.ExactState`: its ``==`` compares payloads
 exactly (``True`` is not ``1``, ``1.0`` is not ``1``).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import enum
+import inspect
 from collections.abc import Collection
 from dataclasses import fields, is_dataclass
 from decimal import Decimal
@@ -28,7 +31,8 @@ from kit.contract.entities import Command, Event, Run, Signal, Timer
 from kit.contract.json_exact import ExactState
 from kit.contract.protocol import Storage, iter_pages
 
-__all__ = ["as_dict", "assemble", "observable_state", "observable_state_from_reads", "run_state"]
+__all__ = ["as_dict", "assemble", "exports_runs", "observable_state", "observable_state_from_reads", "run_state",
+           "runs_state"]
 
 
 def assemble(
@@ -78,6 +82,32 @@ def observable_state(store: Storage, promises: Collection[Promise] = ALL_PROMISE
     if callable(export):
         return ExactState(export())
     return observable_state_from_reads(store, promises)
+
+
+def runs_state(store: Storage, run_ids: Collection[str], promises: Collection[Promise] = ALL_PROMISES) -> dict[str, Any]:
+    """The runs ``run_ids`` names that exist, each with all it owns, in run-id order: one
+    ``export_state(run_ids=...)`` when the store takes it (:func:`exports_runs`), else the reads of each run."""
+    if exports_runs(store):
+        return ExactState(store.export_state(run_ids=run_ids))  # type: ignore[attr-defined]
+    found = ((run_id, run_state(store, run_id, promises)) for run_id in sorted(set(run_ids)))
+    return ExactState({run_id: state for run_id, state in found if state is not None})
+
+
+_EXPORTS_RUNS: dict[type, bool] = {}
+
+
+def exports_runs(store: Storage) -> bool:
+    """Whether ``store`` has an ``export_state`` taking ``run_ids`` (the optional form for some runs)."""
+    kind = type(store)
+    known = _EXPORTS_RUNS.get(kind)
+    if known is None:
+        export = getattr(store, "export_state", None)
+        try:
+            known = callable(export) and "run_ids" in inspect.signature(export).parameters
+        except (TypeError, ValueError):  # a callable without a signature: use the reads
+            known = False
+        _EXPORTS_RUNS[kind] = known
+    return known
 
 
 _IMMUTABLE = (str, int, float, bytes, type(None), dt.datetime, dt.date, dt.time, dt.timedelta, enum.Enum, Decimal)

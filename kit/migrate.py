@@ -61,11 +61,18 @@ def load_directory(path: Path | str) -> list[Migration]:
 
 
 def load_dialect(dialect: str) -> list[Migration]:
-    """The migrations shipped for ``dialect`` (``sqlite``, ``postgres``, ``mysql``, ``mssql``)."""
+    """The migrations shipped for ``dialect`` (``sqlite``, ``postgres``, ``mysql``, ``mssql``): read once per
+    process (every store opened reads them; shipped files do not change under a running kit), a new list
+    each call."""
+    return list(_shipped(dialect))
+
+
+@functools.lru_cache(maxsize=16)
+def _shipped(dialect: str) -> tuple[Migration, ...]:
     root = resources.files("migrations").joinpath(dialect)
     if not root.is_dir():
         raise ConfigurationError(f"no migrations are shipped for dialect {dialect!r}")
-    return _collect((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir())
+    return tuple(_collect((p.name, p.read_text(encoding="utf-8")) for p in root.iterdir()))
 
 
 def _collect(files: Iterable[tuple[str, str]]) -> list[Migration]:

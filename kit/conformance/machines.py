@@ -35,7 +35,8 @@ class MachineChecks(AreaChecks):
     def test_fault_machine_agrees_with_reference(self, kit_backend: Backend, request: pytest.FixtureRequest,
                                                  kit_exploration: int) -> None:
         """Under generated crashes, expired leases, stale completions, clock skew, lost acks, duplicates and
-        races, every answer and the whole state match the reference engine after every step."""
+        races, every answer and the state of every run a step touched match the reference engine after every
+        step, and the whole state at the end of each example."""
         from kit.machines.machine import run_machine
 
         _run(kit_backend, request, "reference", run_machine, kit_exploration)

@@ -25,7 +25,7 @@ from kit.contract import (
 )
 from kit.contract.json_exact import assert_json_equal, json_equal
 from kit.contract.outcomes import Outcome
-from kit.inspect import observable_state_from_reads
+from kit.inspect import exports_runs, observable_state_from_reads, run_state
 
 __all__ = ["RunChecks"]
 
@@ -169,7 +169,8 @@ class RunChecks(AreaChecks):
 
     @requires(Promise.COMMANDS, Promise.TIMERS, Promise.SIGNALS)
     def test_export_state_matches_reads(self, store: Storage) -> None:
-        """A store's optional export_state() shows exactly what its individual reads show."""
+        """A store's optional export_state() shows exactly what its individual reads show; so does
+        export_state(run_ids=...) for the runs named that exist, when the store takes run ids."""
         if not callable(getattr(store, "export_state", None)):
             pytest.skip("unsupported: the store has no export_state() (optional; the reads are used instead)")
         self.blocked_on_command(store, "a")
@@ -180,6 +181,12 @@ class RunChecks(AreaChecks):
         exported = store.export_state()  # type: ignore[attr-defined]
         assert_json_equal(exported, observable_state_from_reads(store), "export_state()")
         assert list(exported) == ["a", "b", "c", "d"]
+        if exports_runs(store):
+            some = store.export_state(run_ids=["c", "absent", "a", "c"])  # type: ignore[attr-defined]
+            assert_json_equal(some, {"a": run_state(store, "a"), "c": run_state(store, "c")},
+                              "export_state(run_ids=['c', 'absent', 'a', 'c'])")
+            assert list(some) == ["a", "c"]
+            assert_json_equal(store.export_state(run_ids=[]), {}, "export_state(run_ids=[])")  # type: ignore[attr-defined]
 
     @requires(Promise.CANCEL_REQUESTS, Promise.WAKE_ON_INPUT)
     def test_cancel_request_marks_and_wakes_blocked_run(self, store: Storage) -> None:

@@ -75,10 +75,21 @@ def json_difference(a: Any, b: Any, labels: tuple[str, str] = ("got", "want"), p
         if x is y:
             continue
         tx = type(x)
-        if tx is type(y) and tx in _PLAIN:
-            if x != y:
-                return _describe(_spell(at), x, y, labels)
-            continue
+        if tx is type(y):  # the common case first: no JSON kind to work out
+            if tx in _PLAIN:
+                if x != y:
+                    return _describe(_spell(at), x, y, labels)
+                continue
+            if tx is dict:
+                if x.keys() != y.keys():
+                    return _keys_differ(at, x, y, labels)
+                stack.extend(((at, (_KEY, k)), x[k], y[k]) for k in reversed(list(x)))
+                continue
+            if tx is list:
+                if len(x) != len(y):
+                    return _describe(_spell(at), x, y, labels, f"{len(x)} items vs {len(y)}")
+                stack.extend(((at, (_INDEX, i)), p, q) for i, p, q in zip(range(len(x) - 1, -1, -1), reversed(x), reversed(y)))
+                continue
         kind = json_kind(x)
         if kind != json_kind(y) or (kind not in (_ARRAY, _OBJECT) and tx is not type(y)
                                      and not _same_leaf_kind(x, y)):
@@ -89,10 +100,7 @@ def json_difference(a: Any, b: Any, labels: tuple[str, str] = ("got", "want"), p
             stack.extend(((at, (_INDEX, i)), p, q) for i, p, q in zip(range(len(x) - 1, -1, -1), reversed(x), reversed(y)))
         elif kind == _OBJECT:
             if x.keys() != y.keys():
-                only_x = sorted(map(repr, x.keys() - y.keys()))
-                only_y = sorted(map(repr, y.keys() - x.keys()))
-                return (f"{_spell(at)}: keys differ: only the {labels[0]} value has {only_x or 'none'}, "
-                        f"only the {labels[1]} value has {only_y or 'none'}")
+                return _keys_differ(at, x, y, labels)
             stack.extend(((at, (_KEY, k)), x[k], y[k]) for k in reversed(list(x)))
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
             fields = [f.name for f in dataclasses.fields(x)]
@@ -100,6 +108,13 @@ def json_difference(a: Any, b: Any, labels: tuple[str, str] = ("got", "want"), p
         elif x != y:
             return _describe(_spell(at), x, y, labels)
     return None
+
+
+def _keys_differ(at: _Path, x: Any, y: Any, labels: tuple[str, str]) -> str:
+    only_x = sorted(map(repr, x.keys() - y.keys()))
+    only_y = sorted(map(repr, y.keys() - x.keys()))
+    return (f"{_spell(at)}: keys differ: only the {labels[0]} value has {only_x or 'none'}, "
+            f"only the {labels[1]} value has {only_y or 'none'}")
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None), datetime})

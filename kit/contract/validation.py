@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from kit.clock import ensure_utc
 from kit.contract.entities import JSON, Decision, RunStatus
@@ -109,61 +110,122 @@ def check_json(label: str, value: JSON) -> JSON:
 
     Walks the value without recursion, so a value of any depth is judged (and one
     nesting deeper than :data:`MAX_JSON_DEPTH` refused) whatever the caller's stack.
+    Only containers are visited one by one; an item's path is spelled out only when
+    it is refused.
     """
-    stack: list[tuple[str, object, int]] = [(label, value, 0)]
+    if not isinstance(value, list | dict):
+        _check_leaf(label, value)
+        return value
+    stack: list[tuple[_Where, object, int]] = [(label, value, 0)]
     while stack:
         where, item, depth = stack.pop()
-        if item is None or isinstance(item, bool | int):
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise InvalidArgument(f"{where} is {item!r}; JSON has no NaN or infinity")
-            continue
-        if isinstance(item, str):
-            _check_portable_str(where, item)
-            continue
         if isinstance(item, list | dict) and depth >= MAX_JSON_DEPTH:
             raise InvalidArgument(
                 f"{label} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels, the contract's "
                 "limit: flatten it or store the deep part as a string"
             )
         if isinstance(item, list):
-            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(item))
+            for i, v in enumerate(item):
+                if type(v) not in _SCALARS:
+                    stack.append(((where, i), v, depth + 1))
+                elif not _fine(v):
+                    _check_leaf((where, i), v)
             continue
         if isinstance(item, dict):
             for k, v in item.items():
                 if not isinstance(k, str):
                     raise InvalidArgument(
-                        f"{where} has key {k!r} of type {type(k).__name__}; JSON object keys are str"
+                        f"{_spell(where)} has key {k!r} of type {type(k).__name__}; JSON object keys are str"
                     )
-                _check_portable_str(f"{where} key", k)
-                stack.append((f"{where}[{k!r}]", v, depth + 1))
+                if not _fine(k):
+                    _check_portable_str(f"{_spell(where)} key", k)
+                if type(v) not in _SCALARS:
+                    stack.append(((where, k), v, depth + 1))
+                elif not _fine(v):
+                    _check_leaf((where, k), v)
             continue
-        raise InvalidArgument(
-            f"{where} is a {type(item).__name__}, not a JSON value: use None, bool, int, float, "
-            "str, list or dict"
-        )
+        _check_leaf(where, item)
     return value
 
 
+_SCALARS = frozenset({type(None), bool, int, float, str})
+"""The exact types of JSON scalars: an item of one of them is judged in place (subclasses go the long way)."""
+
+_Where = Any
+"""An item's path: the label, or (parent path, list index or object key); spelled out only for an error."""
+
+
+def _fine(item: object) -> bool:
+    """Whether a JSON scalar (of an exact type in :data:`_SCALARS`) is storable as it is."""
+    if type(item) is float:
+        return math.isfinite(item)
+    if type(item) is str:
+        return "\x00" not in item and item.isascii() or _utf8(item)
+    return True
+
+
+def _spell(where: _Where) -> str:
+    steps: list[str] = []
+    node = where
+    while isinstance(node, tuple):
+        node, step = node
+        steps.append(f"[{step}]" if isinstance(step, int) else f"[{step!r}]")
+    steps.append(node)
+    return "".join(reversed(steps))
+
+
+def _check_leaf(where: _Where, item: object) -> None:
+    """Refuse a value that is no JSON container and no storable JSON scalar."""
+    if item is None or isinstance(item, bool | int):
+        return
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            raise InvalidArgument(f"{_spell(where)} is {item!r}; JSON has no NaN or infinity")
+        return
+    if isinstance(item, str):
+        _check_portable_str(_spell(where), item)
+        return
+    raise InvalidArgument(
+        f"{_spell(where)} is a {type(item).__name__}, not a JSON value: use None, bool, int, float, "
+        "str, list or dict"
+    )
+
+
+def _utf8(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def copy_json(value: JSON) -> JSON:
-    """A deep copy of a JSON value that shares no list or dict with it (no recursion: any depth)."""
+    """A deep copy of a JSON value that shares no list or dict with it (no recursion: any depth).
+
+    Each container is copied at C speed (``list(...)``/``dict(...)``) and only the containers in it are
+    visited again."""
     if not isinstance(value, list | dict):
         return value
-    root: list[JSON] = [None]
-    work: list[tuple[JSON, list[JSON] | dict[str, JSON], int | str]] = [(value, root, 0)]
+    root: list[JSON] = [value]
+    work: list[tuple[list[JSON] | dict[str, JSON], int | str]] = [(root, 0)]
+    push, pop = work.append, work.pop
     while work:
-        item, parent, slot = work.pop()
+        parent, slot = pop()
+        item = parent[slot]  # type: ignore[index]
         if isinstance(item, list):
-            copied_list: list[JSON] = [None] * len(item)
+            copied_list: list[JSON] = list(item)
             parent[slot] = copied_list  # type: ignore[index]
-            work.extend((v, copied_list, i) for i, v in enumerate(item))
-        elif isinstance(item, dict):
-            copied_dict: dict[str, JSON] = dict.fromkeys(item)
-            parent[slot] = copied_dict  # type: ignore[index]
-            work.extend((v, copied_dict, k) for k, v in item.items())
+            for i, v in enumerate(copied_list):
+                if isinstance(v, list | dict):
+                    push((copied_list, i))
         else:
-            parent[slot] = item  # type: ignore[index]
+            copied_dict: dict[str, JSON] = dict(item)
+            parent[slot] = copied_dict  # type: ignore[index]
+            for k, v in copied_dict.items():
+                if isinstance(v, list | dict):
+                    push((copied_dict, k))
     return root[0]
 
 

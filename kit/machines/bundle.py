@@ -139,7 +139,8 @@ class ReplayResult:
 
 def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], None] | None = None) -> ReplayResult:
     """Apply the bundle's steps in order with the machine that recorded them (the reference-comparing one,
-    or the model-free one judging invariants alone); stop at the first divergence."""
+    or the model-free one judging invariants alone), then compare the whole state as the machine does at the
+    end of an example; stop at the first divergence."""
     if bundle.get("kind") == "queue":
         from kit.machines.queue_machine import replay_queue
 
@@ -156,6 +157,7 @@ def replay(bundle: dict[str, Any], backend: Backend, narrate: Callable[[str], No
     try:
         for step in bundle["steps"]:
             interpreter.apply(step)
+        interpreter.finish()
     except Divergence as exc:
         result.divergence = exc.to_json()
         result.message = str(exc)
@@ -196,6 +198,7 @@ def _apply_all(bundle: dict[str, Any], backend: Backend) -> tuple[list[Any], Div
     try:
         for step in bundle["steps"]:
             interpreter.apply(step)
+        interpreter.finish()
     except Divergence as exc:
         return list(interpreter.records), exc
     finally:

@@ -1,9 +1,14 @@
 """The one interpreter: apply each step to the adapter and to the reference engine, compare.
 
 A step is a plain JSON record (see :mod:`kit.machines.steps`). After each step
-the interpreter compares the two results, then each tenant's whole observable
-state, then checks CONTRACT.md section 6 on the adapter's state; the first
-difference raises :class:`Divergence`. Interleavings come from steps: a
+the interpreter compares the two results, then the state of every run the step
+touched (:mod:`kit.machines.touched`), then checks CONTRACT.md section 6 on
+the adapter's state of those runs; :meth:`Interpreter.finish`, called after
+the last step of an example or a replay, compares each tenant's whole
+observable state and checks the invariants on it, so a write to a run no step
+touched is seen within the example. ``full_compare`` compares the whole state
+after every step instead (what the machines did before). The first difference
+raises :class:`Divergence`. Interleavings come from steps: a
 paused transaction is a context held open across a step, a crash is a
 session killed at a counted statement, a race runs on real threads and must
 be explained by some sequential order of the same operations on the
@@ -40,13 +45,14 @@ from kit.contract.deep_json import nested
 from kit.contract.json_exact import json_difference, json_equal
 from kit.contract.protocol import iter_pages
 from kit.faults import InjectedFault
-from kit.inspect import observable_state, run_state
+from kit.inspect import observable_state, run_state, runs_state
 from kit.machines import progress
-from kit.machines.invariants import violations
+from kit.machines.invariants import acknowledged_violations, violations
 from kit.machines.normalize import normalize
 from kit.machines.reach import ReachSteps
-from kit.machines.side import CLOCK_WORKER, Side, body_of, ms
+from kit.machines.side import CLOCK_WORKER, WORKERS, Side, body_of, ms
 from kit.machines.steps import describe
+from kit.machines.touched import defined_versions, named_runs, touched
 from kit.migrate import Migration
 from kit.reference import MemoryBackend
 
@@ -65,6 +71,8 @@ _REFUSED: dict[str, Any] = {
     "too_deep": nested(v.MAX_JSON_DEPTH + 1), "nul_in_payload": {"k": ["a\x00b"]},
     "surrogate_in_payload_key": {"a\ud800b": 1},
 }
+_TENANT_OF = WORKERS
+"""worker -> tenant: whose runs a step names."""
 #: Names probed in every definition listing besides the names defined: LIKE patterns that match "wf".
 _LISTING_PROBES = ("w_", "w%")
 
@@ -112,12 +120,16 @@ class _Run:
 
 @dataclass
 class Interpreter(ReachSteps):
-    """Steps on ``backend`` (in ``database`` if given: the caller then owns and drops it)."""
+    """Steps on ``backend`` (in ``database`` if given: the caller then owns and drops it).
+
+    After each step the runs it touched are compared, and :meth:`finish` compares the whole state: call it
+    after the last step. With ``full_compare`` the whole state is compared after every step."""
 
     backend: Backend
     narrate: Callable[[str], None] | None = None
     database: Any = None
     records: list[StepRecord] = field(default_factory=list)
+    full_compare: bool = False
 
     def __post_init__(self) -> None:
         self.capabilities = self.backend.capabilities
@@ -125,7 +137,8 @@ class Interpreter(ReachSteps):
         self.adapter = Side("adapter", self.database if self.database is not None else self.backend.provision())
         self._ref_db = MemoryBackend().provision()
         self.reference = Side("reference", self._ref_db)
-        self._before: dict[str, Any] | None = None
+        self._seen: dict[str, dict[str, Any]] = {}
+        """tenant -> run id -> the adapter's state of the run when last compared (what invariants compare with)."""
         self._commits: dict[tuple[str, str], int] = {}
         self._acked: set[tuple[str, str, str]] = set()
         self._definitions: set[str] = set()
@@ -153,6 +166,7 @@ class Interpreter(ReachSteps):
         handler = getattr(self, f"_do_{step['op']}", None)
         if handler is None:
             raise ValueError(f"unknown step op {step['op']!r}: see kit.machines.steps")
+        base = self._ref_db.state.tables  # published states are never written in place: what the step began with
         adapter_out, reference_out = handler(index, step)
         record.outcome = adapter_out
         if self.narrate is not None:
@@ -163,8 +177,18 @@ class Interpreter(ReachSteps):
                              f"the adapter answered {_short(adapter_out)}, the reference {_short(reference_out)} "
                              f"(first difference {difference})",
                              adapter_out, reference_out)
-        self._compare_state(index, step)
+        if self.full_compare:
+            self._compare_whole(index, step)
+        else:
+            self._compare_touched(index, step, base)
         return record
+
+    def finish(self) -> None:
+        """The end of an example (or of a replay): compare the whole state and check the invariants on it;
+        a difference raises :class:`Divergence` at the last step, saying it showed at the end."""
+        if self.records and not self.full_compare:
+            last = self.records[-1]
+            self._compare_whole(last.index, last.step, at_end=True)
 
     # -- running one operation on both sides ---------------------------------
     def _call(self, side: Side, fn: Callable[[Side], Any], index: int, step: dict[str, Any]) -> Any:
@@ -749,38 +773,102 @@ class Interpreter(ReachSteps):
         for tenant, worker in side.tenants().items():
             store = _observer(side, worker)
             state[tenant] = observable_state(store)
-            defs = {}
-            for name in sorted(self._definitions):
-                d = store.get_definition(name, "1")
-                defs[name] = None if d is None else d.digest
-            state[f"{tenant}#definitions"] = defs
-            if self._versions:
-                versions = {}
-                for name, version in sorted(self._versions):
-                    d = store.get_definition(name, version)
-                    versions[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
-                state[f"{tenant}#versions"] = versions
-                names = sorted({name for name, _ in self._versions} | self._definitions | set(_LISTING_PROBES))
-                state[f"{tenant}#listed"] = {name: [[d.version, d.digest, d.body.hex()]
-                                                    for d in store.list_definition_versions(name)] for name in names}
+            self._definition_state(store, tenant, state)
         return state
 
-    def _compare_state(self, index: int, step: dict[str, Any]) -> None:
+    def _definition_state(self, store: Any, tenant: str, state: dict[str, Any]) -> None:
+        """The definitions the steps named, each version, and each name's listing (into ``state``)."""
+        defs = {}
+        for name in sorted(self._definitions):
+            d = store.get_definition(name, "1")
+            defs[name] = None if d is None else d.digest
+        state[f"{tenant}#definitions"] = defs
+        if self._versions:
+            versions = {}
+            for name, version in sorted(self._versions):
+                d = store.get_definition(name, version)
+                versions[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
+            state[f"{tenant}#versions"] = versions
+            names = sorted({name for name, _ in self._versions} | self._definitions | set(_LISTING_PROBES))
+            state[f"{tenant}#listed"] = {name: [[d.version, d.digest, d.body.hex()]
+                                                for d in store.list_definition_versions(name)] for name in names}
+
+    def _compare_whole(self, index: int, step: dict[str, Any], at_end: bool = False) -> None:
+        """Each tenant's whole state, adapter against reference, and the invariants on the adapter's."""
+        where = "at the end of the example, the whole state: " if at_end else ""
         try:
             adapter_state = self._state(self.adapter)
         except KitError as exc:
-            raise Divergence(index, step, "state", f"reading the adapter's state failed: {exc!r}") from exc
+            raise Divergence(index, step, "state", f"{where}reading the adapter's state failed: {exc!r}") from exc
         reference_state = self._state(self.reference)
         now = self.reference.store(CLOCK_WORKER).now()
         runs_only = {k: v for k, v in adapter_state.items() if "#" not in k}
-        before = None if self._before is None else {k: v for k, v in self._before.items() if "#" not in k}
-        broken = violations(before, runs_only, now, self._commits, self._acked)
+        broken = violations(self._seen or None, runs_only, now, self._commits, self._acked)
+        if broken:
+            raise Divergence(index, step, "invariant", where + "; ".join(broken))
+        difference = json_difference(adapter_state, reference_state, ("adapter has", "reference has"), "")
+        if difference is not None:
+            raise Divergence(index, step, "state", where + difference, None, None)
+        self._seen = {tenant: dict(runs) for tenant, runs in runs_only.items()}
+
+    def _touched_state(self, side: Side, keys: set[tuple[str, str]], definitions: set[str],
+                       defined: set[tuple[str, str, str]]) -> dict[str, Any]:
+        """The state of the runs ``keys`` names ((tenant, run id); a missing run left out) per tenant, as
+        ``export_state(run_ids=...)`` or the reads show it; all definitions of the tenants ``definitions``
+        names; and the versions ``defined`` names ((tenant, name, version), a define that changed nothing on
+        the reference) with their names' listings."""
+        state: dict[str, Any] = {}
+        for tenant, worker in side.tenants().items():
+            store = _observer(side, worker)
+            wanted = [run for (t, run) in keys if t == tenant]
+            state[tenant] = runs_state(store, wanted) if wanted else {}
+            if tenant in definitions:
+                self._definition_state(store, tenant, state)
+            mine = sorted((name, version) for (t, name, version) in defined if t == tenant)
+            if mine:
+                found = {}
+                for name, version in mine:
+                    d = store.get_definition(name, version)
+                    found[f"{name}\x1f{version}"] = None if d is None else [d.digest, d.body.hex()]
+                    found[f"{name} listed"] = [[d.version, d.digest, d.body.hex()]
+                                               for d in store.list_definition_versions(name)]
+                state[f"{tenant}#defined"] = found
+        return state
+
+    def _compare_touched(self, index: int, step: dict[str, Any], base: Any) -> None:
+        """The runs the step touched (:mod:`kit.machines.touched`), adapter against reference, and the
+        invariants on the adapter's state of them (acknowledged writes against every run last seen)."""
+        changed = touched(base, self._ref_db.state.tables)
+        if changed.schema:
+            self._compare_whole(index, step)
+            return
+        tenants = self.reference.tenants()
+        keys = {key for key in changed.runs if key[0] in tenants} | named_runs(step, _TENANT_OF)
+        definitions = set(changed.definitions)
+        defined = {(tenant, name, version) for (tenant, name, version) in defined_versions(step, _TENANT_OF)
+                   if tenant not in definitions}
+        try:
+            adapter_state = self._touched_state(self.adapter, keys, definitions, defined)
+        except KitError as exc:
+            raise Divergence(index, step, "state", f"reading the adapter's state failed: {exc!r}") from exc
+        reference_state = self._touched_state(self.reference, keys, definitions, defined)
+        now = self.reference.store(CLOCK_WORKER).now()
+        before = {t: {run: self._seen[t][run] for (k, run) in keys if k == t and run in self._seen.get(t, {})}
+                  for t in tenants}
+        runs_only = {t: adapter_state[t] for t in tenants}
+        broken = violations(before, runs_only, now, self._commits, set())
+        for (t, run) in keys:
+            seen = self._seen.setdefault(t, {})
+            if run in runs_only[t]:
+                seen[run] = runs_only[t][run]
+            else:
+                seen.pop(run, None)
+        broken += acknowledged_violations(self._seen, self._acked)
         if broken:
             raise Divergence(index, step, "invariant", "; ".join(broken))
         difference = json_difference(adapter_state, reference_state, ("adapter has", "reference has"), "")
         if difference is not None:
             raise Divergence(index, step, "state", difference, None, None)
-        self._before = adapter_state
 
 
 def deadlines(side: Side, target: str, only_run: str | None = None) -> list[datetime]:
@@ -845,11 +933,12 @@ class _Blocked(Exception):
 
 
 def _wait_us(us: int) -> None:
+    """Return once ``us`` microseconds have passed on the host's monotonic clock (sleeping, not spinning)."""
     import time
 
     deadline = time.monotonic_ns() + us * 1000
-    while time.monotonic_ns() < deadline:
-        time.sleep(0)
+    while (left := deadline - time.monotonic_ns()) > 0:
+        time.sleep(left / 1e9)
 
 
 def _observer(side: Side, worker: str) -> Any:

@@ -9,8 +9,9 @@ and stale claims frequent.
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone
@@ -29,6 +30,7 @@ from hypothesis.stateful import (
 
 from kit.contract import Backend, Capability
 from kit.contract.json_samples import INTEGER_BOUNDARIES, INTEGRAL_FLOATS, NUMBER_BOUNDARIES
+from kit.machines.collector import collecting_less
 from kit.machines.interpreter import Divergence, Interpreter
 
 __all__ = ["PROFILES", "MachineOutcome", "Profile", "make_machine", "pinned_generation", "pooled_database", "run_machine"]
@@ -148,11 +150,12 @@ class _Machine(RuleBasedStateMachine):
     failures: ClassVar[list[dict[str, Any]]]
     examples: ClassVar[list[int]]
     pool: ClassVar[list[Any]]
+    full_compare: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
         type(self).examples[0] += 1
-        self.interp = Interpreter(self.backend, database=type(self)._database())
+        self.interp = Interpreter(self.backend, database=type(self)._database(), full_compare=self.full_compare)
         self.caps = self.backend.capabilities
         self.probed = False
         self.fresh_schema_done = False
@@ -163,11 +166,21 @@ class _Machine(RuleBasedStateMachine):
         return pooled_database(cls.backend, cls.pool)
 
     def teardown(self) -> None:
-        self.interp.close()
+        """The end of the example: when its steps ran to the end, the whole state is compared (a step's
+        comparison reads only what it touched), and a difference fails the example like a step's would."""
+        try:
+            if sys.exc_info()[0] is None:  # not after a failed step, nor while Hypothesis stops an example
+                self._record(self.interp.finish)
+        finally:
+            self.interp.close()
 
     def step(self, step: dict[str, Any]) -> None:
+        self._record(lambda: self.interp.apply(step))
+
+    def _record(self, action: Callable[[], Any]) -> None:
+        """Run ``action``; a divergence is logged with the steps so far (the bundle to save) and re-raised."""
         try:
-            self.interp.apply(step)
+            action()
         except Divergence as exc:
             type(self).failures.append({"steps": list(self.interp.steps), "divergence": exc.to_json(),
                                         "message": str(exc), "example": type(self).examples[0]})
@@ -1092,9 +1105,11 @@ def _inner(kind: str, w: str, run: str, decision: dict[str, Any]) -> dict[str, A
     return {"op": kind, "worker": w, "limit": 2}
 
 
-def make_machine(backend: Backend) -> type[_Machine]:
-    """A state machine class bound to ``backend`` (and to its own failure log)."""
-    return type("StorageMachine", (_Machine,), {"backend": backend, "failures": [], "examples": [0], "pool": []})
+def make_machine(backend: Backend, full_compare: bool = False) -> type[_Machine]:
+    """A state machine class bound to ``backend`` (and to its own failure log); ``full_compare``: the whole
+    state after every step (see :class:`~kit.machines.interpreter.Interpreter`)."""
+    return type("StorageMachine", (_Machine,), {"backend": backend, "failures": [], "examples": [0], "pool": [],
+                                                "full_compare": full_compare})
 
 
 @dataclass
@@ -1152,16 +1167,18 @@ def pinned_generation() -> Iterator[None]:
 
 
 def run_machine(backend: Backend, profile: str | Profile = "quick", seed_value: int = 0, shrink: bool = True,
-                example_db: ExampleDatabase | None = None) -> MachineOutcome:
+                example_db: ExampleDatabase | None = None, full_compare: bool = False) -> MachineOutcome:
     """Run the machine against ``backend``; the failure (if any) is the last, shrunk step list. With an
-    ``example_db``, the failures saved there are replayed first and new ones are saved."""
+    ``example_db``, the failures saved there are replayed first and new ones are saved. After each step the
+    runs it touched are compared, and the whole state at the end of each example; ``full_compare``: the whole
+    state after every step (slower; what finds a divergence at the very step that caused it)."""
     chosen = PROFILES[profile] if isinstance(profile, str) else profile
-    machine = make_machine(backend)
+    machine = make_machine(backend, full_compare)
     seed(seed_value)(machine)
     started = time.monotonic()
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        with pinned_generation():
+        with pinned_generation(), collecting_less():
             run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink, database=example_db))
     except Divergence:
         outcome.failure = machine.failures[-1]

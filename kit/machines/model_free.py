@@ -148,6 +148,9 @@ class ModelFreeInterpreter:
     def steps(self) -> list[dict[str, Any]]:
         return [r.step for r in self.records]
 
+    def finish(self) -> None:
+        """The end of an example or a replay: nothing more to check (every step checked the whole state)."""
+
     def close(self) -> None:
         self.adapter.close()
         if self._owns_database:

@@ -28,6 +28,7 @@ from hypothesis.stateful import (
 )
 
 from kit.contract import Backend
+from kit.machines.collector import collecting_less
 from kit.machines.interpreter import Divergence
 from kit.machines.machine import (
     ADVANCES_US,
@@ -696,7 +697,7 @@ def run_model_free(backend: Backend, profile: str | Profile = "quick", seed_valu
     started = time.monotonic()
     outcome = MachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
+        with pinned_generation(), collecting_less():  # one seed, one scenario, whatever modules are loaded
             run_state_machine_as_test(machine, settings=chosen.settings(shrink=shrink, database=example_db))
     except Divergence:
         outcome.failure = machine.failures[-1]

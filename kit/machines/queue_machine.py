@@ -20,6 +20,7 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from kit.machines.bundle import ReplayResult
+from kit.machines.collector import collecting_less
 from kit.machines.machine import Profile, pinned_generation
 from kit.machines.queue_driver import QueueDriver, QueueViolation
 from kit.queue import QueueBackend, QueueDatabase, QueuePromise
@@ -213,7 +214,7 @@ def run_queue_machine(backend: QueueBackend, profile: str | Profile = "quick", s
     started = time.monotonic()
     outcome = QueueMachineOutcome(getattr(backend, "name", "?"), chosen.name, seed_value, 0, 0.0)
     try:
-        with pinned_generation():  # one seed, one scenario, whatever modules happen to be loaded
+        with pinned_generation(), collecting_less():  # one seed, one scenario, whatever modules are loaded
             run_state_machine_as_test(machine, settings=chosen.settings(shrink=False, database=example_db))
     except QueueViolation:
         outcome.failure = machine.failures[-1]

@@ -25,6 +25,8 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
+from operator import is_not
 from typing import Any, Generic, TypeVar, overload
 
 from kit.contract.entities import (
@@ -198,6 +200,22 @@ class Table(Generic[K, V]):
         if default:
             return default[0]
         raise KeyError(key)
+
+    def differences(self, base: Table[K, V]) -> Iterator[tuple[Any, Any, Any]]:
+        """(key, value in ``base``, value here) for every row whose value here is not the very object
+        ``base`` holds (``_GONE`` for a missing row), where this table descends from ``base`` by copies and
+        writes (or is it). Buckets still shared are skipped unread, so the cost is that of the buckets written
+        since ``base``, not of the table: rows are immutable and writers replace them, so no row can differ in
+        a bucket both still share."""
+        if self is base:
+            return
+        ours, bases = self._rows._buckets, base._rows._buckets
+        for i in compress(range(_BUCKETS), map(is_not, ours, bases)):
+            mine, theirs = ours[i], bases[i]
+            for key in mine.keys() | theirs.keys():
+                old, new = theirs.get(key, _GONE), mine.get(key, _GONE)
+                if old is not new:
+                    yield key, old, new
 
     def of_owner(self, owner: Any) -> list[Any]:
         """The keys of ``owner``'s rows (a run's, as (tenant, run_id)), in key order."""

@@ -17,7 +17,7 @@ that thread). Claims skip such rows, as ``SKIP LOCKED`` does.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -393,12 +393,17 @@ class MemoryStore:
             events = [e for e in t.history.get((self.tenant_id, run_id), ()) if e.seq > after_seq]
         return detached_all(events if limit is None else events[: v.check_limit(limit)])
 
-    def export_state(self) -> dict[str, Any]:
-        """The tenant's whole observable state (see kit.inspect), from one consistent state."""
+    def export_state(self, run_ids: Collection[str] | None = None) -> dict[str, Any]:
+        """The tenant's whole observable state (see kit.inspect), from one consistent state; with ``run_ids``,
+        only those runs (the ones that exist), found by key."""
         from kit.inspect import assemble
 
         with self._read() as t:
-            runs = sorted((r for r in t.runs.values() if r.tenant_id == self.tenant_id), key=lambda r: r.run_id)
+            if run_ids is None:
+                runs = sorted((r for r in t.runs.values() if r.tenant_id == self.tenant_id), key=lambda r: r.run_id)
+            else:
+                found = (t.runs.get((self.tenant_id, run_id)) for run_id in sorted(set(run_ids)))
+                runs = [r for r in found if r is not None]
             return {
                 r.run_id: assemble(
                     r, list(t.history.get((self.tenant_id, r.run_id), ())), self._commands_of(t, r.run_id),

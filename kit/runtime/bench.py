@@ -18,20 +18,31 @@ anything):
 * ``kit check <server> --profile none`` with one shared, reset database
   against one database per check (``KIT_DATABASE_PER_CHECK=1``);
 * peak memory of checking a 10x longer stress run against a 1x run (each in a
-  fresh process, :mod:`kit.workload.bench`).
+  fresh process, :mod:`kit.workload.bench`);
+* the reference fault machine's examples per second on SQLite (quick profile,
+  fixed seeds, no shrinking) against "before": by default the same code with
+  the whole state compared after every step (``full_compare``, what the machine
+  did before it compared only what a step touched), a stand-in that keeps every
+  other speed-up made since, so it understates the gain; with
+  ``--machine-baseline DIR`` a checkout of the old commit (with its own
+  ``.venv``) runs instead. Each run is a fresh process; both sides alternate,
+  seed by seed.
 
     python -m kit.runtime.bench [BACKEND...] [--runs 200] [--skip-checks] [--skip-stress] [--skip-scaling]
+                                [--skip-machines] [--machine-baseline DIR] [--machine-seeds 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -44,7 +55,7 @@ from kit.runtime.driver import RunReport, pick_scenarios, run_scenarios
 from kit.runtime.scenarios import Scenario
 from kit.runtime.stats import RuntimeStats
 
-__all__ = ["Goal", "main"]
+__all__ = ["Goal", "machine_speed", "main"]
 
 
 @dataclass
@@ -135,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-checks", action="store_true", help="do not time kit check (shared vs per-check)")
     parser.add_argument("--skip-stress", action="store_true", help="do not measure stress checking memory")
     parser.add_argument("--skip-scaling", action="store_true", help="do not measure memory backend scaling")
+    parser.add_argument("--skip-machines", action="store_true", help="do not time the fault machine on SQLite")
+    parser.add_argument("--machine-baseline", metavar="DIR", default=None,
+                        help="a checkout of the commit to compare the fault machine with (its .venv runs it); "
+                             "default: this code comparing the whole state after every step")
+    parser.add_argument("--machine-seeds", type=int, default=2, help="seeds per side for the fault-machine figure")
     args = parser.parse_args(argv)
     console = Console(highlight=False, width=max(110, Console().width))
     table = Table(title=f"kit runtime benchmark: {args.runs} x {args.scenario}, {args.workers} workers")
@@ -170,8 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_stress:
         ratio, detail = _stress_memory()
         goals.append(Goal("stress checking peak memory, 10x run / 1x run", ratio, 1.2, True, detail))
-    goals.append(Goal("fault-machine examples/s on SQLite vs before", None, 2.0, False,
-                      "needs the old code in the same run: see the issue's note"))
+    if not args.skip_machines:
+        goals.append(machine_speed(args.machine_baseline, args.machine_seeds, console.print))
     summary = Table(title="issue 16 goals (both sides measured in this run)")
     for column in ("figure", "measured", "goal", "verdict", "how"):
         summary.add_column(column, justify="right" if column in ("measured", "goal") else "left")
@@ -205,6 +221,66 @@ def _checks(name: str, target: float, say: Callable[[str], None]) -> Goal:
                     "a run did not pass or the backend is unreachable")
     return Goal(f"kit check {name} --profile none, shared / per-check", shared / per_check, target, True,
                 f"{per_check:.1f} s per check database, {shared:.1f} s shared")
+
+
+_MACHINE_RUN = """
+import json, sys, time
+from kit.backends import resolve
+from kit.machines.machine import run_machine
+seed, full = int(sys.argv[1]), sys.argv[2] == "full"
+backend = resolve("sqlite")
+wall, cpu = time.perf_counter(), time.process_time()
+try:
+    outcome = run_machine(backend, "quick", seed, shrink=False, **({"full_compare": True} if full else {}))
+finally:
+    backend.close()
+print(json.dumps({"examples": outcome.examples, "seconds": time.perf_counter() - wall,
+                  "cpu": time.process_time() - cpu, "ok": outcome.ok}))
+"""
+"""One reference-machine run on SQLite in a fresh process (``seed``, ``full`` or ``touched``): one JSON line. It
+uses only what every version of the kit has, so an old checkout runs it too."""
+
+MACHINE_SEEDS = 20261129
+"""The first seed of the fault-machine figure (the kit's pinned seed; further seeds count up)."""
+
+
+def _machine_run(python: str, cwd: str | None, seed: int, mode: str) -> dict[str, float] | None:
+    """One fault-machine run; None if it failed or did not pass (a figure from a broken run means nothing)."""
+    done = subprocess.run([python, "-c", _MACHINE_RUN, str(seed), mode], capture_output=True, text=True,
+                          cwd=cwd, check=False)
+    try:
+        result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+    return result if done.returncode == 0 and result.get("ok") else None
+
+
+def machine_speed(baseline: str | None, seeds: int, say: Callable[[str], None]) -> Goal:
+    """Reference fault-machine examples/s on SQLite, this code over "before" (see the module docstring):
+    both sides alternate seed by seed, each run in a fresh process; the ratio of examples per wall second
+    (examples per CPU second in the detail)."""
+    if baseline is not None:
+        python = str(Path(baseline) / ".venv" / "bin" / "python")
+        before: tuple[str, str | None, str] = (python, baseline, "touched")
+        how = f"before: {baseline} (its own code)"
+    else:
+        before = (sys.executable, None, "full")
+        how = "before: this code comparing the whole state after every step (understates the gain)"
+    say(f"timing the reference fault machine on SQLite, {seeds} seed(s) per side; {how}")
+    totals = {"before": [0.0, 0.0, 0.0], "now": [0.0, 0.0, 0.0]}
+    for seed in range(MACHINE_SEEDS, MACHINE_SEEDS + max(seeds, 1)):
+        for side, (python, cwd, mode) in (("before", before), ("now", (sys.executable, None, "touched"))):
+            run = _machine_run(python, cwd, seed, mode)
+            if run is None:
+                return Goal("fault-machine examples/s on SQLite, now / before", None, 2.0, False,
+                            f"the {side} run of seed {seed} failed or did not pass; {how}")
+            for i, key in enumerate(("examples", "seconds", "cpu")):
+                totals[side][i] += run[key]
+    (ex_b, s_b, c_b), (ex_n, s_n, c_n) = totals["before"], totals["now"]
+    ratio = (ex_n / s_n) / (ex_b / s_b)
+    return Goal("fault-machine examples/s on SQLite, now / before", ratio, 2.0, False,
+                f"{ex_n / s_n:.1f} vs {ex_b / s_b:.1f} examples/s (per CPU second {ex_n / c_n:.1f} vs "
+                f"{ex_b / c_b:.1f}: {(ex_n / c_n) / (ex_b / c_b):.2f}x); {how}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from adapters._sql import rows as R
@@ -117,20 +118,34 @@ class RunSql(SqlPlumbing):
             lambda cur: [R.to_event(r) for r in self._exec(cur, sql, (self.tenant_id, run_id, after_seq)).fetchall()]
         )
 
-    def export_state(self) -> dict[str, Any]:
-        """The tenant's whole observable state (see kit.inspect) in one snapshot of five queries."""
+    def export_state(self, run_ids: Collection[str] | None = None) -> dict[str, Any]:
+        """The tenant's whole observable state (see kit.inspect) in one snapshot of five queries; with
+        ``run_ids``, only those runs (the ones that exist), in the same five queries."""
         from kit.inspect import assemble
 
+        only = ""
+        ids: tuple[str, ...] = ()
+        if run_ids is not None:
+            ids = tuple(sorted(set(run_ids)))
+            if not ids:
+                return {}
+            only = f" AND run_id IN {self._in(ids)}"
+
         def export(cur: Any) -> dict[str, Any]:
-            t = (self.tenant_id,)
+            t = (self.tenant_id, *ids)
             runs = [R.to_run(r) for r in self._exec(
-                cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? ORDER BY run_id", t).fetchall()]
+                cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ?{only} ORDER BY run_id", t).fetchall()]
+            if ids:  # exactly the ids asked for, whatever the column's collation matches
+                runs = [r for r in runs if r.run_id in ids]
+            if not runs:
+                return {}
             parts: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {r.run_id: ([], [], [], []) for r in runs}
             queries = (
-                (0, f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ? ORDER BY run_id, seq", R.to_event),
-                (1, f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands WHERE tenant_id = ? ORDER BY command_id", R.to_command),
-                (2, f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals WHERE tenant_id = ? ORDER BY signal_id", R.to_signal),
-                (3, f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ? ORDER BY timer_id", R.to_timer),
+                (0, f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ?{only} ORDER BY run_id, seq", R.to_event),
+                (1, f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands WHERE tenant_id = ?{only} ORDER BY command_id",
+                 R.to_command),
+                (2, f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals WHERE tenant_id = ?{only} ORDER BY signal_id", R.to_signal),
+                (3, f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ?{only} ORDER BY timer_id", R.to_timer),
             )
             for slot, sql, convert in queries:
                 for row in self._exec(cur, sql, t).fetchall():
