@@ -64,6 +64,7 @@ from adapters._postgres_connect import start_container as _start_container
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
+from adapters._sql.pipeline import Sender, Sent, Statement, collect
 from adapters._sql.store import SqlStore
 from kit.clock import from_micros
 from kit.contract import validation as v
@@ -118,7 +119,7 @@ class PostgresDialect(Dialect):
     begin_write = "BEGIN ISOLATION LEVEL READ COMMITTED"
     begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     lock_rows = " FOR UPDATE"
-    fold_begin = True  # BEGIN and the clock read (no parameters) in one simple-protocol round trip
+    fold_begin = True  # BEGIN with the first statement; queued statements in one pipeline (see sender)
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # clock_timestamp() moves inside a transaction; now() does not (pitfall 1). EXTRACT
     # returns exact numeric since PostgreSQL 14, so the microseconds are never rounded.
@@ -139,6 +140,35 @@ class PostgresDialect(Dialect):
             self.sql(f"INSERT INTO {table} ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING"), values
         )
         return bool(cursor.rowcount == 1)
+
+    def sender(self, connection: Any, cursor: Any) -> Sender:
+        """One round trip per send: a BEGIN with one parameterless statement as one simple query (both
+        results come back), anything else in psycopg's pipeline mode (one cursor per statement, one Sync:
+        the server runs them in order and skips the rest after an error, which is raised here)."""
+
+        def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
+            if len(statements) == 1 and len(begins) <= 1:
+                sql, params = statements[0]
+                if not begins:
+                    cursor.execute(sql) if params is None else cursor.execute(sql, params)
+                    return [collect(cursor)]
+                if params is None and ";" not in sql:
+                    cursor.execute(f"{begins[0]}; {sql}")
+                    cursor.nextset()  # past the BEGIN's result, onto the statement's
+                    return [collect(cursor)]
+            cursors = [connection.cursor() for _ in statements]
+            try:
+                with connection.pipeline():
+                    for begin in begins:
+                        cursor.execute(begin)
+                    for each, (sql, params) in zip(cursors, statements):
+                        each.execute(sql) if params is None else each.execute(sql, params)
+                return [collect(each) for each in cursors]
+            finally:
+                for each in cursors:
+                    each.close()
+
+        return send
 
     def translate(self, error: BaseException) -> KitError | None:
         state = getattr(error, "sqlstate", None)

@@ -68,8 +68,9 @@ class Goal:
 
 
 def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int,
-         console: Console) -> tuple[RunReport, float, float | None, str]:
-    """One workload: its report, statements per decision, and the raw-replay ceiling (decisions/s)."""
+         console: Console) -> tuple[RunReport, float, float | None, float | None, str]:
+    """One workload: its report, statements and round trips (server backends) per decision, and the
+    raw-replay ceiling (decisions/s)."""
     backend = resolve(backend_name)
     recording = RecordingBackend(backend) if hasattr(backend, "_connect") else None
     counting = CountingBackend(recording if recording is not None else backend)
@@ -84,9 +85,11 @@ def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int,
         console.print(f"{backend_name}: {backend.describe()}", soft_wrap=True)
         report = run_scenarios(counting, scenarios, runs, workers=workers, replay_sample=1, on_progress=progress)
         statements = counting.counter.stop() / max(report.decisions, 1)
-        ceiling, note = None, ""
+        ceiling, trips, note = None, None, ""
         if recording is not None:
-            replayed = replay(backend, recording.stop())
+            units = recording.stop()
+            trips = recording.round_trips / max(report.decisions, 1)
+            replayed = replay(backend, units)
             ceiling = report.decisions / replayed.seconds if replayed.seconds > 0 else None
             note = (f"replayed {replayed.units} transactions, {replayed.statements} statements in "
                     f"{replayed.seconds:.2f} s")
@@ -94,7 +97,7 @@ def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int,
                 note += f"; {replayed.failed_units} failed on replay (first: {replayed.first_failure})"
     finally:
         backend.close()
-    return report, statements, ceiling, note
+    return report, statements, ceiling, trips, note
 
 
 def _check_seconds(backend: str, per_check: bool) -> float | None:
@@ -137,21 +140,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(highlight=False, width=max(110, Console().width))
     table = Table(title=f"kit runtime benchmark: {args.runs} x {args.scenario}, {args.workers} workers")
     columns = ("backend", "runs", "decisions", "elapsed s", "decisions/s", "replay ceiling/s", "stmts/decision",
-               "p50 ms", "p99 ms", "verdict")
+               "trips/decision", "p50 ms", "p99 ms", "verdict")
     for column in columns:
         table.add_column(column, justify="left" if column in ("backend", "verdict") else "right")
     scenarios = pick_scenarios(args.scenario)
     goals: list[Goal] = []
     for name in args.backends:
         try:
-            r, statements, ceiling, note = _run(name, scenarios, args.runs, args.workers, console)
+            r, statements, ceiling, trips, note = _run(name, scenarios, args.runs, args.workers, console)
         except (BackendUnavailable, ConfigurationError) as exc:
             table.add_row(name, *[""] * (len(columns) - 2), f"skipped: {exc}")
             continue
         verdict = "ok" if r.ok else f"FAILED: {(r.problems + r.errors)[0]}"
         table.add_row(
             name, str(r.runs), str(r.decisions), f"{r.elapsed_s:.2f}", f"{r.decisions_per_s:.0f}",
-            "" if ceiling is None else f"{ceiling:.0f}", f"{statements:.1f}",
+            "" if ceiling is None else f"{ceiling:.0f}", f"{statements:.1f}", "" if trips is None else f"{trips:.1f}",
             f"{r.stats.latency_ms(50):.1f}", f"{r.stats.latency_ms(99):.1f}", verdict,
         )
         if ceiling:
