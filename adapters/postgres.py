@@ -43,6 +43,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg import sql as pgsql
 
 from adapters._postgres_connect import (
@@ -64,7 +65,7 @@ from adapters._postgres_connect import start_container as _start_container
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
-from adapters._sql.pipeline import Sender, Sent, Statement, collect
+from adapters._sql.pipeline import Sender, Sent, Statement
 from adapters._sql.store import SqlStore
 from kit.clock import from_micros
 from kit.contract import validation as v
@@ -143,30 +144,30 @@ class PostgresDialect(Dialect):
 
     def sender(self, connection: Any, cursor: Any) -> Sender:
         """One round trip per send: a BEGIN with one parameterless statement as one simple query (both
-        results come back), anything else in psycopg's pipeline mode (one cursor per statement, one Sync:
-        the server runs them in order and skips the rest after an error, which is raised here)."""
+        results come back), anything else in psycopg's pipeline mode (one Sync: the server runs the
+        statements in order and skips the rest after an error, which is raised here). Each statement
+        has its own cursor (kept for the next sends) so that every result stays readable."""
+        spare: list[Any] = []
 
         def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
             if len(statements) == 1 and len(begins) <= 1:
                 sql, params = statements[0]
                 if not begins:
                     cursor.execute(sql) if params is None else cursor.execute(sql, params)
-                    return [collect(cursor)]
+                    return [_collect(cursor)]
                 if params is None and ";" not in sql:
                     cursor.execute(f"{begins[0]}; {sql}")
                     cursor.nextset()  # past the BEGIN's result, onto the statement's
-                    return [collect(cursor)]
-            cursors = [connection.cursor() for _ in statements]
-            try:
-                with connection.pipeline():
-                    for begin in begins:
-                        cursor.execute(begin)
-                    for each, (sql, params) in zip(cursors, statements):
-                        each.execute(sql) if params is None else each.execute(sql, params)
-                return [collect(each) for each in cursors]
-            finally:
-                for each in cursors:
-                    each.close()
+                    return [_collect(cursor)]
+            while len(spare) < len(statements) - 1:
+                spare.append(connection.cursor())
+            cursors = [cursor, *spare[: len(statements) - 1]]  # the last BEGIN's result is overwritten
+            with connection.pipeline():
+                for begin in begins:
+                    cursor.execute(begin)
+                for each, (sql, params) in zip(cursors, statements):
+                    each.execute(sql) if params is None else each.execute(sql, params)
+            return [_collect(each) for each in cursors]
 
         return send
 
@@ -323,6 +324,14 @@ class PostgresStore(SqlStore):
 
 
 _COMMAND_RETURNING = ", ".join(f"c.{column.strip()}" for column in R.COMMAND_COLUMNS.split(","))
+
+
+def _collect(cursor: Any) -> Sent:
+    """A psycopg cursor's current result, read whole; its description is not built (no caller reads it,
+    and psycopg builds one Column object per column each time it is asked)."""
+    result = cursor.pgresult
+    rows = cursor.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else None
+    return Sent(rows, cursor.rowcount)
 
 
 def _once(candidates: str) -> str:

@@ -37,7 +37,8 @@ Statement = tuple[str, Sequence[Any] | None]
 
 @dataclass
 class Sent:
-    """What one statement answered: its rows (None: no result set), rowcount and description."""
+    """What one statement answered: its rows (None: no result set), rowcount, and the driver's description
+    where the sender read it (None otherwise)."""
 
     rows: list[Any] | None
     rowcount: int
