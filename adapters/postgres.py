@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import pq
@@ -145,8 +145,11 @@ class PostgresDialect(Dialect):
     def sender(self, connection: Any, cursor: Any) -> Sender:
         """One round trip per send: a BEGIN with one parameterless statement as one simple query (both
         results come back), anything else in psycopg's pipeline mode (one Sync: the server runs the
-        statements in order and skips the rest after an error, which is raised here). Each statement
-        has its own cursor (kept for the next sends) so that every result stays readable."""
+        statements in order and skips the rest after an error, which is raised here). A pipeline is
+        announced to the statement hook as one point (``HookedCursor.execute_batch``) and sent on the
+        driver's own cursors below the hook, one per statement (kept for the next sends), so that every
+        result stays readable."""
+        raw = getattr(connection, "raw", connection)  # below the statement hook
         spare: list[Any] = []
 
         def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
@@ -159,15 +162,21 @@ class PostgresDialect(Dialect):
                     cursor.execute(f"{begins[0]}; {sql}")
                     cursor.nextset()  # past the BEGIN's result, onto the statement's
                     return [_collect(cursor)]
-            while len(spare) < len(statements) - 1:
-                spare.append(connection.cursor())
-            cursors = [cursor, *spare[: len(statements) - 1]]  # the last BEGIN's result is overwritten
-            with connection.pipeline():
-                for begin in begins:
-                    cursor.execute(begin)
-                for each, (sql, params) in zip(cursors, statements):
-                    each.execute(sql) if params is None else each.execute(sql, params)
-            return [_collect(each) for each in cursors]
+            while len(spare) < len(statements):
+                spare.append(raw.cursor())
+            cursors = spare[: len(statements)]
+
+            def pipeline() -> list[Sent]:
+                with raw.pipeline():
+                    for begin in begins:
+                        cursors[0].execute(begin)  # its result is overwritten by the first statement's
+                    for each, (sql, params) in zip(cursors, statements):
+                        each.execute(sql) if params is None else each.execute(sql, params)
+                return [_collect(each) for each in cursors]
+
+            if hasattr(cursor, "execute_batch"):
+                return cast(list[Sent], cursor.execute_batch([*begins, *(sql for sql, _ in statements)], pipeline))
+            return pipeline()
 
         return send
 
