@@ -73,3 +73,23 @@ def test_a_failed_send_raises_and_a_block_that_raises_drops_what_it_queued() -> 
     cursor.execute("ROLLBACK")
     assert [statements for _, statements in wire.sends] == [["W1", "BAD"]]
     assert driver.executed == ["ROLLBACK"], "a statement of the failed block was sent after it"
+
+
+def test_a_batch_is_one_hook_point_before_it_is_sent_and_never_carries_a_commit() -> None:
+    from kit.connections import HookedCursor
+    from kit.runtime.counting import StatementCounter
+
+    seen: list[str] = []
+    counter = StatementCounter()
+
+    def hook(point: str) -> None:
+        seen.append(point)
+        counter.hook(point)
+
+    cursor = HookedCursor(_Driver(), hook)
+    order: list[str] = []
+    assert cursor.execute_batch(["BEGIN", "S1", "S2"], lambda: order.append(f"sent after {len(seen)}") or 7) == 7
+    assert seen == ["BEGIN; S1; S2"] and order == ["sent after 1"]
+    assert counter.count == 3, "the counter counts each statement of a batch"
+    with pytest.raises(ValueError, match="never batched"):
+        cursor.execute_batch(["UPDATE t", "COMMIT"], lambda: None)
