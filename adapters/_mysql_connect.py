@@ -131,7 +131,8 @@ def connect(params: dict[str, Any], database: str | None, *, found_rows: bool = 
         charset="utf8mb4",
         collation="utf8mb4_bin",  # literals compare byte-exactly too, not in the server's CI default
         autocommit=True,  # the store issues START TRANSACTION / COMMIT itself (no forgotten implicit tx)
-        client_flag=CLIENT.FOUND_ROWS if found_rows else 0,
+        # MULTI_STATEMENTS: the store sends a transaction's queued statements as one string (one round trip).
+        client_flag=(CLIENT.FOUND_ROWS if found_rows else 0) | CLIENT.MULTI_STATEMENTS,
         conv=_CONVERSIONS,
         connect_timeout=10,
     )

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pymysql
@@ -110,6 +111,7 @@ from adapters._mysql_connect import (
 )
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql.dialect import Dialect
+from adapters._sql.pipeline import Sender, Sent, Statement, StoreCursor, collect
 from adapters._sql.store import SqlStore
 from kit.contract.capabilities import Capabilities
 from kit.contract.errors import (
@@ -173,10 +175,34 @@ class MysqlDialect(Dialect):
     database_now = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
     ddl_is_transactional = False
 
+    fold_begin = True  # BEGIN with the first statement; queued statements as one multi-statement string
+
     def begin(self, cursor: Any, statement: str) -> None:
-        if statement == self.begin_snapshot:
-            cursor.execute(SNAPSHOT_ISOLATION)
-        cursor.execute(statement)
+        for each in self.begin_statements(statement):
+            cursor.execute(each)
+
+    def begin_statements(self, statement: str) -> tuple[str, ...]:
+        return (SNAPSHOT_ISOLATION, statement) if statement == self.begin_snapshot else (statement,)
+
+    def sender(self, connection: Any, cursor: Any) -> Sender:
+        """One round trip per send: the BEGIN statements and the queued ones joined into one
+        multi-statement string (PyMySQL interpolates the parameters client-side; the connection has
+        ``CLIENT.MULTI_STATEMENTS``). The server runs them in order and stops at the first that fails;
+        its error is raised here, when its result is reached, so no result is left unread."""
+
+        def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
+            text = "; ".join([*begins, *(sql for sql, _ in statements)])
+            params = tuple(p for _, each in statements for p in (each or ()))
+            cursor.execute(text, params) if params else cursor.execute(text)
+            out: list[Sent] = []
+            for i in range(len(begins) + len(statements)):
+                if i and not cursor.nextset():
+                    raise StorageError(f"MySQL answered {i} results to {len(begins) + len(statements)} statements")
+                if i >= len(begins):
+                    out.append(collect(cursor))
+            return out
+
+        return send
 
     def insert_if_absent(self, cursor: Any, table: str, columns: tuple[str, ...], values: tuple[Any, ...]) -> bool:
         cols = ", ".join(columns)
@@ -240,6 +266,9 @@ class MysqlStore(SqlStore):
         from then on, rather than let its next operation commit half a transaction.
         """
         if self._dead is not None:
+            return
+        if isinstance(self._cur, StoreCursor) and self._cur.pending is not None:
+            self._cur.pending = None  # the transaction never started: nothing to roll back
             return
         try:
             self._cur.execute(self.dialect.rollback)

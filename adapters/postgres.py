@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+from psycopg import pq
 from psycopg import sql as pgsql
 
 from adapters._postgres_connect import (
@@ -64,6 +65,7 @@ from adapters._postgres_connect import start_container as _start_container
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
+from adapters._sql.pipeline import Sender, Sent, Statement
 from adapters._sql.store import SqlStore
 from kit.clock import from_micros
 from kit.contract import validation as v
@@ -118,7 +120,7 @@ class PostgresDialect(Dialect):
     begin_write = "BEGIN ISOLATION LEVEL READ COMMITTED"
     begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     lock_rows = " FOR UPDATE"
-    fold_begin = True  # BEGIN and the clock read (no parameters) in one simple-protocol round trip
+    fold_begin = True  # BEGIN with the first statement; queued statements in one pipeline (see sender)
     skip_locked = " FOR UPDATE SKIP LOCKED"
     # clock_timestamp() moves inside a transaction; now() does not (pitfall 1). EXTRACT
     # returns exact numeric since PostgreSQL 14, so the microseconds are never rounded.
@@ -139,6 +141,44 @@ class PostgresDialect(Dialect):
             self.sql(f"INSERT INTO {table} ({cols}) VALUES ({marks}) ON CONFLICT DO NOTHING"), values
         )
         return bool(cursor.rowcount == 1)
+
+    def sender(self, connection: Any, cursor: Any) -> Sender:
+        """One round trip per send: a BEGIN with one parameterless statement as one simple query (both
+        results come back), anything else in psycopg's pipeline mode (one Sync: the server runs the
+        statements in order and skips the rest after an error, which is raised here). A pipeline is
+        announced to the statement hook as one point (``HookedCursor.execute_batch``) and sent on the
+        driver's own cursors below the hook, one per statement (kept for the next sends), so that every
+        result stays readable."""
+        raw = getattr(connection, "raw", connection)  # below the statement hook
+        spare: list[Any] = []
+
+        def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
+            if len(statements) == 1 and len(begins) <= 1:
+                sql, params = statements[0]
+                if not begins:
+                    cursor.execute(sql) if params is None else cursor.execute(sql, params)
+                    return [_collect(cursor)]
+                if params is None and ";" not in sql:
+                    cursor.execute(f"{begins[0]}; {sql}")
+                    cursor.nextset()  # past the BEGIN's result, onto the statement's
+                    return [_collect(cursor)]
+            while len(spare) < len(statements):
+                spare.append(raw.cursor())
+            cursors = spare[: len(statements)]
+
+            def pipeline() -> list[Sent]:
+                with raw.pipeline():
+                    for begin in begins:
+                        cursors[0].execute(begin)  # its result is overwritten by the first statement's
+                    for each, (sql, params) in zip(cursors, statements):
+                        each.execute(sql) if params is None else each.execute(sql, params)
+                return [_collect(each) for each in cursors]
+
+            if hasattr(cursor, "execute_batch"):
+                return cast(list[Sent], cursor.execute_batch([*begins, *(sql for sql, _ in statements)], pipeline))
+            return pipeline()
+
+        return send
 
     def translate(self, error: BaseException) -> KitError | None:
         state = getattr(error, "sqlstate", None)
@@ -293,6 +333,14 @@ class PostgresStore(SqlStore):
 
 
 _COMMAND_RETURNING = ", ".join(f"c.{column.strip()}" for column in R.COMMAND_COLUMNS.split(","))
+
+
+def _collect(cursor: Any) -> Sent:
+    """A psycopg cursor's current result, read whole; its description is not built (no caller reads it,
+    and psycopg builds one Column object per column each time it is asked)."""
+    result = cursor.pgresult
+    rows = cursor.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else None
+    return Sent(rows, cursor.rowcount)
 
 
 def _once(candidates: str) -> str:

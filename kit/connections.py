@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from kit.contract.protocol import StatementHook
 
 __all__ = ["COMMITTED_POINT", "COMMIT_POINT", "ConnectionFactory", "HookedConnection", "HookedCursor"]
+
+T = TypeVar("T")
 
 COMMIT_POINT = "COMMIT"
 COMMITTED_POINT = "COMMITTED"
@@ -47,6 +49,15 @@ class HookedCursor:
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> Any:
         self._hook(sql)
         return self._cursor.executemany(sql, seq)
+
+    def execute_batch(self, statements: Sequence[str], send: Callable[[], T]) -> T:
+        """Statements the driver sends in one round trip (a pipeline): announced as *one* point, their
+        texts joined by ``"; "`` (as a multi-statement string would be), before ``send`` sends them all.
+        One point, so whoever parks or fails a worker at a point finds every earlier statement run."""
+        if any(_COMMIT.match(sql) for sql in statements):
+            raise ValueError("a COMMIT is never batched: its COMMIT and COMMITTED points must stay its own")
+        self._hook("; ".join(statements))
+        return send()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)

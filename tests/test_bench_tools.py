@@ -72,3 +72,13 @@ def test_the_counter_counts_every_statement_and_stops_when_told() -> None:
             database.drop()
     finally:
         counting.close()
+
+
+def test_the_steady_rate_leaves_out_the_start_and_the_tail() -> None:
+    from kit.runtime.bench import steady_rate
+
+    steady = [float(i) / 100 for i in range(100)]  # 100 decisions/s
+    assert steady_rate(steady) == pytest.approx(100.0)
+    slow_ends = [-5.0, -4.0, -3.0, *steady, 10.0, 20.0, 30.0]  # a slow start and a long tail
+    assert steady_rate(slow_ends, trim=0.1) == pytest.approx(100.0, rel=0.2)
+    assert steady_rate([0.0, 1.0]) == 0.0  # too few commits to tell

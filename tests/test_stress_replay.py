@@ -37,10 +37,10 @@ from tests.seeded_bugs.stress_bugs import STRESS_BUGS, StressBug
 REPLAYS = 5
 CASES = {
     ("postgres", "claim_without_lock"): (1, 4.0),
-    ("postgres", "fence_check_then_act"): (8, 6.0),
+    ("postgres", "fence_check_then_act"): (4, 6.0),
     ("sqlite", "fence_check_then_act"): (1, 4.0),
     ("mysql", "claim_without_lock"): (1, 4.0),
-    ("mysql", "fence_check_then_act"): (4, 4.0),
+    ("mysql", "fence_check_then_act"): (9, 4.0),
 }
 """(backend, bug) -> (seed, store-clock seconds of faults) at which deterministic mode catches it."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from adapters._sql.pipeline import Sender, send_one_by_one
 from kit.contract.errors import KitError
 
 __all__ = ["Dialect"]
@@ -49,6 +50,17 @@ class Dialect:
         (MySQL: ``SET TRANSACTION ISOLATION LEVEL ...`` first) overrides this.
         """
         cursor.execute(statement)
+
+    def begin_statements(self, statement: str) -> tuple[str, ...]:
+        """The statements that start a transaction with ``statement``, as :meth:`begin` sends them
+        (where ``fold_begin`` sends them with the transaction's first statement instead)."""
+        return (statement,)
+
+    def sender(self, connection: Any, cursor: Any) -> Sender:
+        """How a ``fold_begin`` store sends queued statements (see :mod:`adapters._sql.pipeline`): in as
+        few round trips as the driver allows, in order, stopping at the first that fails. This one
+        sends them one by one."""
+        return send_one_by_one(cursor)
 
     def sql(self, text: str) -> str:
         """``text`` with ``?`` placeholders rewritten for the driver."""
@@ -95,8 +107,8 @@ class Dialect:
         "id INTEGER NOT NULL PRIMARY KEY, now_us BIGINT NOT NULL)"
     )
     ddl_is_transactional = True
-    fold_begin = False
-    """True where the driver runs ``BEGIN ...; SELECT ...`` (no parameters) in one round trip and
-    returns both results (psycopg): the store then sends a transaction's BEGIN with its first
-    statement instead of on its own."""
     """False where DDL commits implicitly (MySQL): migrations must then be idempotent files."""
+    fold_begin = False
+    """True where :meth:`sender` can send a transaction's BEGIN together with its first statement, and
+    several statements in one round trip (psycopg's pipeline mode; MySQL's multi-statements): the store
+    then uses :class:`~adapters._sql.pipeline.StoreCursor`."""

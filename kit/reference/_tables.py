@@ -11,7 +11,10 @@ rows of each run (``of_owner``) and, per tenant, a heap of (due time, tie-break,
 key) entries of the rows a claim may take (``take_due``). A heap entry whose row
 was rewritten since is stale and dropped when met; every claimable row has a
 live entry, so taking from the heap finds exactly what sorting every row by
-(due time, tie-break) would.
+(due time, tie-break) would. The heap is split into buckets by key hash, like the
+rows (:class:`_DueHeap`): a unit of work copies only the buckets it writes, and a
+bucket sheds its stale entries when it has doubled since it was last cleaned, so
+neither the copy nor the heap grows with the number of rows or of past writes.
 
 Row locks are the rows a unit of work has changed or locked: :meth:`Tables.changes`
 names them (a row is a key of one table), so a commit of one store while another
@@ -105,6 +108,61 @@ class _CowMap:
         return sum(len(b) for b in self._buckets)
 
 
+Entry = tuple[Any, Any, Any]
+"""(due time, tie-break, key): one heap entry of a row a claim may take."""
+
+
+class _DueHeap:
+    """One tenant's due entries: a heap per bucket (by key hash), copied in O(buckets), copied-on-write one
+    bucket at a time. Popping in order merges the bucket heaps, so it yields exactly the order of one heap."""
+
+    __slots__ = ("_buckets", "_clean", "_mine")
+
+    def __init__(self) -> None:
+        self._buckets: list[list[Entry]] = [[] for _ in range(_BUCKETS)]
+        self._mine: list[bool] = [True] * _BUCKETS
+        self._clean: list[int] = [0] * _BUCKETS
+        """Each bucket's length when it last shed its stale entries."""
+
+    def copy(self) -> _DueHeap:
+        twin = _DueHeap.__new__(_DueHeap)
+        twin._buckets = list(self._buckets)
+        twin._clean = list(self._clean)
+        twin._mine = [False] * _BUCKETS
+        self._mine = [False] * _BUCKETS  # the twin now shares every bucket: neither may write in place
+        return twin
+
+    def _writable(self, i: int, live: Callable[[Entry], bool]) -> list[Entry]:
+        bucket = self._buckets[i]
+        if not self._mine[i]:
+            bucket = self._buckets[i] = list(bucket)
+            self._mine[i] = True
+        if len(bucket) > 2 * self._clean[i] + 16:  # amortised O(1) a write: it doubled since it was cleaned
+            bucket[:] = [entry for entry in bucket if live(entry)]
+            heapq.heapify(bucket)
+            self._clean[i] = len(bucket)
+        return bucket
+
+    def push(self, entry: Entry, live: Callable[[Entry], bool]) -> None:
+        heapq.heappush(self._writable(hash(entry[2]) % _BUCKETS, live), entry)
+
+    def pop_due(self, now: datetime, live: Callable[[Entry], bool]) -> Iterator[Entry]:
+        """Pop entries due at ``now``, earliest first (the caller stops when it has enough)."""
+        tops = [(bucket[0], i) for i, bucket in enumerate(self._buckets) if bucket and bucket[0][0] <= now]
+        heapq.heapify(tops)
+        while tops:
+            top, i = heapq.heappop(tops)
+            bucket = self._writable(i, live)
+            if not bucket or bucket[0] is not top:  # cleaning shed stale entries: file the bucket's new top
+                if bucket and bucket[0][0] <= now:
+                    heapq.heappush(tops, (bucket[0], i))
+                continue
+            entry = heapq.heappop(bucket)
+            if bucket and bucket[0][0] <= now:
+                heapq.heappush(tops, (bucket[0], i))
+            yield entry
+
+
 class Table(Generic[K, V]):
     """One table of the reference state (see the module docstring): a copy-on-write map of rows with
     write tracking and indexes. Copying it costs the same whatever its size; a write copies 1/64 of it."""
@@ -115,7 +173,7 @@ class Table(Generic[K, V]):
         self._owner, self._due = owner, due
         self._rows = _CowMap()
         self._owners = _CowMap()
-        self._heaps: dict[str, list[tuple[Any, ...]]] = {}
+        self._heaps: dict[str, _DueHeap] = {}
         self._heaps_mine: set[str] = set()
         self.written: set[Any] = set()
 
@@ -163,11 +221,23 @@ class Table(Generic[K, V]):
         return [kv for bucket in self._rows._buckets for kv in bucket.items()]
 
     # -- writing ------------------------------------------------------------
-    def _heap(self, tenant: str) -> list[tuple[Any, ...]]:
+    def _heap(self, tenant: str) -> _DueHeap:
         if tenant not in self._heaps_mine:
-            self._heaps[tenant] = list(self._heaps.get(tenant, ()))
+            shared = self._heaps.get(tenant)
+            self._heaps[tenant] = _DueHeap() if shared is None else shared.copy()
             self._heaps_mine.add(tenant)
         return self._heaps[tenant]
+
+    def _live(self, tenant: str) -> Callable[[Entry], bool]:
+        """Whether a heap entry of ``tenant`` still names its row's current due time (else it is stale)."""
+        due = self._due
+        assert due is not None
+
+        def live(entry: Entry) -> bool:
+            value = self.get(entry[2], _GONE)
+            return value is not _GONE and due(entry[2], value) == (tenant, entry[0], entry[1])
+
+        return live
 
     def __setitem__(self, key: Any, value: Any) -> None:
         rows = self._rows.writable(key)
@@ -181,7 +251,7 @@ class Table(Generic[K, V]):
         if self._due is not None:
             due = self._due(key, value)
             if due is not None:
-                heapq.heappush(self._heap(due[0]), (due[1], due[2], key))
+                self._heap(due[0]).push((due[1], due[2], key), self._live(due[0]))
 
     def __delitem__(self, key: Any) -> None:
         rows = self._rows.writable(key)
@@ -226,23 +296,24 @@ class Table(Generic[K, V]):
     ) -> list[Any]:
         """Up to ``limit`` keys of ``tenant``'s rows due at ``now`` that ``takes`` accepts, earliest first
         (ties by tie-break). The caller rewrites each row it takes (which files its next entry)."""
-        if not self._heaps.get(tenant):
+        if tenant not in self._heaps or limit <= 0:
             return []
-        heap = self._heap(tenant)
+        heap, live = self._heap(tenant), self._live(tenant)
         taken: list[Any] = []
-        passed: list[tuple[Any, ...]] = []
+        passed: list[Entry] = []
         seen: set[Any] = set()
-        while heap and len(taken) < limit and heap[0][0] <= now:
-            entry = heapq.heappop(heap)
+        for entry in heap.pop_due(now, live):
             key = entry[2]
-            if key in seen or key not in self or self._due(key, self[key]) != (tenant, entry[0], entry[1]):  # type: ignore[misc]
+            if key in seen or not live(entry):
                 continue  # stale: the row was rewritten (or removed) since this entry was filed
             seen.add(key)
             if takes(key, self[key]):
                 taken.append(key)
             passed.append(entry)
+            if len(taken) >= limit:
+                break
         for entry in passed:  # rows left as they were keep their entries; taken rows get new ones
-            heapq.heappush(heap, entry)
+            heap.push(entry, live)
         return taken
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -34,12 +34,20 @@ Statement = tuple[str, Any]
 
 
 class _Log:
-    """Every finished unit of every recorded connection, in the order they finished."""
+    """Every finished unit of every recorded connection, in the order they finished, and how many round
+    trips they took (each statement sent on its own is one; a psycopg pipeline is one however many
+    statements it carries; one string of several statements is one)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.units: list[list[Statement]] = []
         self.recording = True
+        self.round_trips = 0
+
+    def trip(self) -> None:
+        with self.lock:
+            if self.recording:
+                self.round_trips += 1
 
     def add(self, unit: list[Statement]) -> None:
         with self.lock:
@@ -54,11 +62,13 @@ class _Cursor:
 
     def execute(self, sql: str, params: Any = None) -> Any:
         self._session.note(sql, params)
+        self._session.trip()
         return self._cursor.execute(sql) if params is None else self._cursor.execute(sql, params)
 
     def executemany(self, sql: str, seq: Sequence[Any]) -> Any:
         for params in seq:
             self._session.note(sql, params)
+        self._session.trip()
         return self._cursor.executemany(sql, seq)
 
     def __getattr__(self, name: str) -> Any:
@@ -81,6 +91,12 @@ class _Session:
         self._log = log
         self._open: list[Statement] = []
         self._in_tx = False
+        self.pipelined = 0
+        """Open ``pipeline()`` blocks: their statements travel in the block's one round trip."""
+
+    def trip(self) -> None:
+        if not self.pipelined:
+            self._log.trip()
 
     def note(self, sql: str, params: Any) -> None:
         head = sql.lstrip().upper()
@@ -99,6 +115,18 @@ class _Connection:
 
     def cursor(self, *args: Any, **kwargs: Any) -> _Cursor:
         return _Cursor(self._connection.cursor(*args, **kwargs), self._session)
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[Any]:
+        """psycopg's pipeline mode: one round trip for the block (its Sync), not one per statement."""
+        if not self._session.pipelined:
+            self._session.trip()
+        self._session.pipelined += 1
+        try:
+            with self._connection.pipeline() as pipeline:
+                yield pipeline
+        finally:
+            self._session.pipelined -= 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._connection, name)
@@ -119,6 +147,11 @@ class RecordingBackend:
             return connection if namespace is None else _Connection(connection, self.log)
 
         backend._connect = connect
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips the recorded connections took so far (see :class:`_Log`)."""
+        return self.log.round_trips
 
     def stop(self) -> list[list[Statement]]:
         """Stop recording (connections opened from now on are plain); the units recorded so far."""

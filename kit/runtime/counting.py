@@ -27,11 +27,12 @@ class StatementCounter:
         self._stopped = False
 
     def hook(self, point: str) -> None:
+        """Count the statements of a point: one, or each of a batch sent as one (joined by ``"; "``)."""
         if point == COMMITTED_POINT:
             return
         with self._lock:
             if not self._stopped:
-                self.count += 1
+                self.count += point.count("; ") + 1
 
     def stop(self) -> int:
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -26,7 +27,9 @@ class RuntimeStats:
     (``committed``, ``claim_lost``, ``revision_mismatch``, ``terminal``,
     ``not_found``), ``refused`` (digest mismatch / unknown definition) or
     ``error`` (a storage fault). ``latencies`` hold load-to-commit seconds of
-    committed decisions.
+    committed decisions; ``committed_at`` the ``time.perf_counter()`` of each
+    committed decision, in the order they were counted (a benchmark measures
+    the steady rate between two of them).
     """
 
     attempts: Counter[str] = field(default_factory=Counter)
@@ -35,6 +38,7 @@ class RuntimeStats:
     timers_fired: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
+    committed_at: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _changed: threading.Condition = field(init=False, repr=False)
@@ -45,6 +49,8 @@ class RuntimeStats:
     def attempt(self, outcome: str, latency: float | None = None, ended: str | None = None) -> None:
         with self._lock:
             self.attempts[outcome] += 1
+            if outcome == "committed":
+                self.committed_at.append(time.perf_counter())
             if latency is not None:
                 self.latencies.append(latency)
             if ended is not None:

@@ -372,7 +372,7 @@ def _own_cursor(outside: Any = True) -> Any:
     frame: Any = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_name in ("execute", "executemany") and code.co_filename.endswith("connections.py"):
+        if code.co_name in ("execute", "executemany", "execute_batch") and code.co_filename.endswith("connections.py"):
             return frame.f_locals.get("self", True)
         if code.co_name == "call" and code.co_filename.endswith(("wire/client.py", "wire\\client.py")):
             return True

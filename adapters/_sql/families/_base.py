@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
+from adapters._sql.pipeline import Pending, StoreCursor, collect
 from kit.clock import to_micros
 from kit.connections import ConnectionFactory
 from kit.contract import validation as v
@@ -55,40 +56,6 @@ class FenceBroken(StorageError):
     """The final fenced UPDATE matched no row although the row lock was held."""
 
 
-class _DeferredBegin:
-    """The store's cursor on a dialect with ``fold_begin``: a transaction's BEGIN travels with its
-    first statement, in the same round trip when that statement takes no parameters (the clock
-    read that opens most write transactions), else just before it. Every statement of the
-    transaction, whatever path sends it, goes through here, so none can run before the BEGIN."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-        self.pending: str | None = None
-
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        begin, self.pending = self.pending, None
-        if begin is not None:
-            if not params and ";" not in sql:
-                self._cursor.execute(f"{begin}; {sql}")
-                self._cursor.nextset()  # past the BEGIN's result, onto the statement's
-                return self
-            self._cursor.execute(begin)
-        self._cursor.execute(sql, params) if params else self._cursor.execute(sql)
-        return self
-
-    def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> Any:
-        begin, self.pending = self.pending, None
-        if begin is not None:
-            self._cursor.execute(begin)
-        return self._cursor.executemany(sql, seq)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cursor, name)
-
-    def __iter__(self) -> Any:
-        return iter(self._cursor)
-
-
 class SqlPlumbing:
     """One open store: one connection, one tenant, one clock mode (the families add the operations)."""
 
@@ -109,7 +76,9 @@ class SqlPlumbing:
         try:
             self._conn = connections.connect()
             raw_cursor = self._conn.cursor()
-            self._cur: Any = _DeferredBegin(raw_cursor) if dialect.fold_begin else raw_cursor
+            self._cur: Any = (
+                StoreCursor(raw_cursor, dialect.sender(self._conn, raw_cursor)) if dialect.fold_begin else raw_cursor
+            )
         except dialect.driver_errors as exc:
             raise self._translate(exc) from exc
         self._depth = 0
@@ -121,8 +90,30 @@ class SqlPlumbing:
         return self.dialect.sql(sql)
 
     def _exec(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        cur.execute(self.q(sql), tuple(params))
-        return cur
+        """Run (or, inside ``_pipelined()``, queue) one statement; its result (fetch*, rowcount)."""
+        result = cur.execute(self.q(sql), tuple(params))
+        return result if isinstance(result, Pending) else cur
+
+    def _query(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Like :meth:`_exec`, but the result stays readable after later statements: queued inside
+        ``_pipelined()`` where the dialect pipelines, else run and read whole at once."""
+        result = self._exec(cur, sql, params)
+        return result if isinstance(result, Pending) else Pending.of(collect(result))
+
+    def _pipelines(self) -> bool:
+        """Whether statements queue inside ``_pipelined()`` (the dialect sends them together)."""
+        return isinstance(self._cur, StoreCursor)
+
+    @contextmanager
+    def _pipelined(self) -> Iterator[None]:
+        """Statements executed in the block are queued and sent together when a result is read and at
+        the block's end (see :mod:`adapters._sql.pipeline`), inside the operation's one transaction;
+        where the dialect cannot (no ``fold_begin``), they run one by one as usual."""
+        if isinstance(self._cur, StoreCursor):
+            with self._cur.batching():
+                yield
+        else:
+            yield
 
     def _translate(self, exc: BaseException) -> KitError:
         translated = self.dialect.translate(exc)
@@ -155,8 +146,8 @@ class SqlPlumbing:
         cur = self._cur
         uow = UnitOfWork()
         self._uow, self._rollback_only = uow, False
-        if isinstance(cur, _DeferredBegin):
-            cur.pending = begin  # sent with the transaction's first statement
+        if isinstance(cur, StoreCursor):
+            cur.pending = self.dialect.begin_statements(begin)  # sent with the transaction's first statement
         else:
             try:
                 self.dialect.begin(cur, begin)
@@ -188,7 +179,7 @@ class SqlPlumbing:
     def _quiet_rollback(self) -> None:
         if self._dead is not None:
             return
-        if isinstance(self._cur, _DeferredBegin) and self._cur.pending is not None:
+        if isinstance(self._cur, StoreCursor) and self._cur.pending is not None:
             self._cur.pending = None  # the BEGIN was never sent: nothing to roll back
             return
         with contextlib.suppress(Exception):  # no transaction, or the connection is gone
@@ -220,7 +211,10 @@ class SqlPlumbing:
         raise AssertionError("unreachable")
 
     def _now_us(self, cur: Any) -> int:
-        row = self._exec(cur, f"SELECT {self._now_sql}").fetchone()
+        return self._clock_value(self._exec(cur, f"SELECT {self._now_sql}").fetchone())
+
+    def _clock_value(self, row: Any) -> int:
+        """The store clock from the row of ``SELECT <now>``."""
         if row is None or row[0] is None:
             raise ClockModeError("the test clock table is empty: open the store through its Database")
         return int(row[0])

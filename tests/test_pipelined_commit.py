@@ -1,0 +1,126 @@
+"""A decision's snapshot is read in one round trip and its commit's writes travel together (PostgreSQL's
+pipeline mode, MySQL's multi-statements), in one transaction: a statement that fails half-way through
+the pipelined writes leaves nothing behind, and the store goes on working."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from kit.contract import (
+    Backend,
+    ClockMode,
+    Decision,
+    NewCommand,
+    NewEvent,
+    Outcome,
+    RunStatus,
+    Snapshot,
+    Storage,
+    StorageError,
+    digest_of,
+)
+from kit.pytest_plugin import use_backend
+from kit.runtime.ceiling import RecordingBackend
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture(params=["postgres", "mysql"])
+def server(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    yield from use_backend(request.param)
+
+
+def _decision(snapshot: Snapshot) -> Decision:
+    """Events, a command and the consumption of the run's finished command: every kind of write."""
+    done = [c.command_id for c in snapshot.command_results]
+    return Decision(
+        RunStatus.BLOCKED,
+        events=(NewEvent("step", operation_key=f"e{len(snapshot.history)}"), NewEvent("note")),
+        commands=(NewCommand(f"c{len(snapshot.history)}", "work", {"n": 1}),),
+        consume_commands=tuple(done),
+    )
+
+
+def _claimed_with_a_result(store: Storage) -> tuple[Any, Snapshot]:
+    """A run whose first decision scheduled a command that completed: claimed again, its snapshot."""
+    ref = store.ensure_definition("wf", "1", digest_of(b"b"), b"b").ref
+    store.start_run("r", ref, {"i": 1})
+    (claim,) = store.claim_runs("w", LEASE)
+    snapshot = store.load_claimed(claim)
+    assert isinstance(snapshot, Snapshot)
+    assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
+    (work,) = store.claim_commands("cw", LEASE)
+    store.complete_command(work, {"ok": True})
+    (claim,) = store.claim_runs("w", LEASE)
+    snapshot = store.load_claimed(claim)
+    assert isinstance(snapshot, Snapshot) and snapshot.command_results
+    return claim, snapshot
+
+
+def test_a_snapshot_takes_two_round_trips_and_a_commit_four(server: Backend) -> None:
+    recording = RecordingBackend(server)
+    database = recording.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+            claim, snapshot = _claimed_with_a_result(store)
+            before = recording.round_trips
+            assert isinstance(store.load_claimed(claim), Snapshot)
+            read = recording.round_trips - before
+            before = recording.round_trips
+            assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
+            committed = recording.round_trips - before
+        finally:
+            store.close()
+    finally:
+        recording.stop()
+        database.drop()
+    assert read <= 2, f"the snapshot took {read} round trips (its reads in one, then the COMMIT)"
+    assert committed <= 4, f"the commit took {committed} round trips (lock, reads, writes, COMMIT)"
+
+
+class _FailingWrite:
+    """A statement hook-free way to make one pipelined write fail on the server: the command INSERT names
+    a column that does not exist, so the server rejects it after the event INSERTs queued before it."""
+
+    @staticmethod
+    def install(store: Any) -> None:
+        original = store._exec
+
+        def failing(cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+            if sql.startswith("INSERT INTO kit_commands"):
+                sql = sql.replace("INSERT INTO kit_commands (tenant_id,", "INSERT INTO kit_commands (no_such_column,")
+            return original(cur, sql, params)
+
+        store._exec = failing
+
+    @staticmethod
+    def remove(store: Any) -> None:
+        del store._exec
+
+
+def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(server: Backend) -> None:
+    database = server.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+            claim, snapshot = _claimed_with_a_result(store)
+            before = store.export_state()
+            _FailingWrite.install(store)
+            with pytest.raises(StorageError):
+                store.commit_decision(claim, claim.revision, _decision(snapshot))
+            _FailingWrite.remove(store)
+            assert store.export_state() == before, "a commit that failed half-way left rows behind"
+            assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
+            history = store.get_history("r")
+            assert [e.seq for e in history] == list(range(1, len(history) + 1))
+        finally:
+            store.close()
+    finally:
+        database.drop()
