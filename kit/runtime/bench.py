@@ -16,8 +16,9 @@ anything):
 * statements per decision on PostgreSQL (a statement hook counts them);
 * the memory backend's steady decisions/s with 800 runs in the store against 50
   (median of alternating rounds after a warm-up);
-* ``kit check <server> --profile none`` with one shared, reset database
-  against one database per check (``KIT_DATABASE_PER_CHECK=1``);
+* ``kit check <server> --profile none`` now against before: with ``--baseline
+  DIR`` the old commit's own code, else this code with one database per check
+  (``KIT_DATABASE_PER_CHECK=1``), a stand-in that keeps every other speed-up;
 * peak memory of checking a 10x longer stress run against a 1x run (each in a
   fresh process, :mod:`kit.workload.bench`);
 * the reference fault machine's examples per second on SQLite (quick profile,
@@ -25,12 +26,12 @@ anything):
   the whole state compared after every step (``full_compare``, what the machine
   did before it compared only what a step touched), a stand-in that keeps every
   other speed-up made since, so it understates the gain; with
-  ``--machine-baseline DIR`` a checkout of the old commit (with its own
-  ``.venv``) runs instead. Each run is a fresh process; both sides alternate,
+  ``--baseline DIR`` a checkout of the old commit (with its own ``.venv``)
+  runs instead. Each run is a fresh process; both sides alternate,
   seed by seed.
 
     python -m kit.runtime.bench [BACKEND...] [--runs 200] [--skip-checks] [--skip-stress] [--skip-scaling]
-                                [--skip-machines] [--machine-baseline DIR] [--machine-seeds 2]
+                                [--skip-machines] [--baseline DIR] [--machine-seeds 2]
 """
 
 from __future__ import annotations
@@ -111,14 +112,18 @@ def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int,
     return report, statements, ceiling, trips, note
 
 
-def _check_seconds(backend: str, per_check: bool) -> float | None:
-    """Wall seconds of ``kit check BACKEND --profile none`` in a fresh process; None if it did not pass."""
+def _check_seconds(backend: str, per_check: bool, baseline: str | None = None) -> float | None:
+    """Wall seconds of ``kit check BACKEND --profile none`` in a fresh process; None if it did not pass.
+
+    ``baseline``: a checkout of an older commit with its own ``.venv``; its code runs instead of this one.
+    """
     env = dict(os.environ)
     env["KIT_DATABASE_PER_CHECK"] = "1" if per_check else "0"
+    python = sys.executable if baseline is None else str(Path(baseline) / ".venv" / "bin" / "python")
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "check", backend, "--profile", "none", "--no-progress", "--no-report"],
-        capture_output=True, text=True, env=env, check=False,
+        [python, "-m", "kit.cli", "check", backend, "--profile", "none", "--no-progress", "--no-report"],
+        capture_output=True, text=True, env=env, check=False, cwd=baseline,
     )
     return time.perf_counter() - started if done.returncode == 0 else None
 
@@ -152,9 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-stress", action="store_true", help="do not measure stress checking memory")
     parser.add_argument("--skip-scaling", action="store_true", help="do not measure memory backend scaling")
     parser.add_argument("--skip-machines", action="store_true", help="do not time the fault machine on SQLite")
-    parser.add_argument("--machine-baseline", metavar="DIR", default=None,
-                        help="a checkout of the commit to compare the fault machine with (its .venv runs it); "
-                             "default: this code comparing the whole state after every step")
+    parser.add_argument("--baseline", "--machine-baseline", metavar="DIR", default=None, dest="baseline",
+                        help="a checkout of the commit to compare with (its .venv runs it), for the kit check "
+                             "timings and the fault machine; default: stand-ins in this code (one database per "
+                             "check; the whole state compared after every step)")
     parser.add_argument("--machine-seeds", type=int, default=2, help="seeds per side for the fault-machine figure")
     args = parser.parse_args(argv)
     console = Console(highlight=False, width=max(110, Console().width))
@@ -187,12 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_checks:
         for name, target in (("postgres", 0.5), ("mysql", 0.35)):
             if name in args.backends:
-                goals.append(_checks(name, target, console.print))
+                goals.append(_checks(name, target, console.print, args.baseline))
     if not args.skip_stress:
         ratio, detail = _stress_memory()
         goals.append(Goal("stress checking peak memory, 10x run / 1x run", ratio, 1.2, True, detail))
     if not args.skip_machines:
-        goals.append(machine_speed(args.machine_baseline, args.machine_seeds, console.print))
+        goals.append(machine_speed(args.baseline, args.machine_seeds, console.print))
     summary = Table(title="issue 16 goals (both sides measured in this run)")
     for column in ("figure", "measured", "goal", "verdict", "how"):
         summary.add_column(column, justify="right" if column in ("measured", "goal") else "left")
@@ -256,16 +262,18 @@ def _scaling(scenarios: list[Scenario], workers: int) -> Goal:
                 + ", ".join(f"{r:.2f}" for r in ratios))
 
 
-def _checks(name: str, target: float, say: Callable[[str], None]) -> Goal:
-    """``kit check NAME --profile none``: shared database over one database per check, back to back."""
-    say(f"timing kit check {name} --profile none: one database per check, then one shared database")
-    per_check = _check_seconds(name, per_check=True)
-    shared = _check_seconds(name, per_check=False)
-    if per_check is None or shared is None:
-        return Goal(f"kit check {name} --profile none, shared / per-check", None, target, True,
-                    "a run did not pass or the backend is unreachable")
-    return Goal(f"kit check {name} --profile none, shared / per-check", shared / per_check, target, True,
-                f"{per_check:.1f} s per check database, {shared:.1f} s shared")
+def _checks(name: str, target: float, say: Callable[[str], None], baseline: str | None = None) -> Goal:
+    """``kit check NAME --profile none`` now over before, back to back. Before: ``baseline``'s own code
+    (a checkout of the older commit), or by default this code with one database per check
+    (``KIT_DATABASE_PER_CHECK=1``), a stand-in that keeps every other speed-up made since."""
+    what = f"{baseline}'s code" if baseline else "one database per check"
+    say(f"timing kit check {name} --profile none: before ({what}), then now")
+    before = _check_seconds(name, per_check=baseline is None, baseline=baseline)
+    now = _check_seconds(name, per_check=False)
+    figure = f"kit check {name} --profile none, now / before"
+    if before is None or now is None:
+        return Goal(figure, None, target, True, "a run did not pass or the backend is unreachable")
+    return Goal(figure, now / before, target, True, f"{before:.1f} s before ({what}), {now:.1f} s now")
 
 
 _MACHINE_RUN = """
