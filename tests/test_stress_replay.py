@@ -158,6 +158,7 @@ def test_the_block_probe_sees_a_row_lock_wait_while_another_client_polls_the_loc
     holder, waiter, poller = (server._connect(namespace) for _ in range(3))
     stop, probe = threading.Event(), block_probe(backend, database)
     assert probe is not None
+    polling: threading.Thread | None = None
     try:
         for sql in ("CREATE TABLE kit_probe_rows (id INTEGER NOT NULL PRIMARY KEY, v BIGINT NOT NULL)",
                     "INSERT INTO kit_probe_rows (id, v) VALUES (1, 0)", "BEGIN",
@@ -188,6 +189,8 @@ def test_the_block_probe_sees_a_row_lock_wait_while_another_client_polls_the_loc
         assert probe(part, True) is False
     finally:
         stop.set()
+        if polling is not None:  # the poller stops before its connection is closed under it
+            polling.join(5)
         close = getattr(probe, "close", None)
         if close is not None:
             close()
