@@ -88,6 +88,8 @@ def _overlap(first: Callable[[], object], second: Callable[[], object], first_fa
         finally:
             if i == 0:
                 parked.set()
+            else:  # ``second`` ended without reaching ``at`` (e.g. refused before any statement): ``first`` goes on
+                reached.set()
 
     threads = [threading.Thread(target=run, args=(i, fn), daemon=True) for i, fn in enumerate((first, second))]
     for t in threads:

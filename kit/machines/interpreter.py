@@ -557,6 +557,8 @@ class Interpreter(ReachSteps):
             finally:
                 if i == 0:
                     parked.set()
+                else:  # B ended without reaching ``at`` (e.g. refused before any statement): A need not wait PARK_S
+                    reached.set()
 
         thread_a = threading.Thread(target=run, args=(0, fn_a), daemon=True)
         thread_a.start()
