@@ -252,25 +252,41 @@ class _Session:
 
 _TYPES = {"i32": wasmtime.ValType.i32, "i64": wasmtime.ValType.i64}
 
+_ENDINGS = {"complete": RunStatus.COMPLETED, "fail": RunStatus.FAILED, "cancel": RunStatus.CANCELLED}
 
-_FUNCTYPES: dict[str, wasmtime.FuncType] = {}
+_current: _Session | None = None
+"""The session of the one execution running now (executions are one at a time: ``_EXECUTION_LOCK``)."""
 
-
-def _functype(name: str) -> wasmtime.FuncType:
-    ty = _FUNCTYPES.get(name)
-    if ty is None:
-        params, results = abi.IMPORTS[name]
-        ty = _FUNCTYPES[name] = wasmtime.FuncType(
-            [_TYPES[p]() for p in params], [_TYPES[r]() for r in results]
-        )
-    return ty
+_linkers: dict[wasmtime.Engine, wasmtime.Linker] = {}
+_linkers_lock = threading.Lock()
 
 
-def _host(session: _Session, name: str) -> Callable[..., Any]:
-    ends = {"complete": RunStatus.COMPLETED, "fail": RunStatus.FAILED, "cancel": RunStatus.CANCELLED}
-    if name in ends:
-        return session.ending(ends[name])
-    return getattr(session, name)  # type: ignore[no-any-return]
+def _dispatch(name: str) -> Callable[..., Any]:
+    """The host function ``name`` of the ABI, calling into the session of the execution running now."""
+    status = _ENDINGS.get(name)
+    if status is not None:
+        def end(ptr: int, length: int) -> None:
+            assert _current is not None
+            _current.ending(status)(ptr, length)
+        return end
+
+    def call(*args: int) -> Any:
+        assert _current is not None
+        return getattr(_current, name)(*args)
+    return call
+
+
+def _linker(engine_: wasmtime.Engine) -> wasmtime.Linker:
+    """Every ABI import, defined once per engine: a fresh ``Func`` per import and execution cost about a
+    fifth of an execution (each wasmtime-py call is a ctypes call, which also lets go of the GIL)."""
+    with _linkers_lock:
+        linker = _linkers.get(engine_)
+        if linker is None:
+            linker = _linkers[engine_] = wasmtime.Linker(engine_)
+            for name, (params, results) in abi.IMPORTS.items():
+                ty = wasmtime.FuncType([_TYPES[p]() for p in params], [_TYPES[r]() for r in results])
+                linker.define_func(abi.NAMESPACE, name, ty, _dispatch(name))
+        return linker
 
 
 def execute(
@@ -292,10 +308,11 @@ def execute(
     store.set_limits(memory_size=abi.MAX_MEMORY_BYTES, instances=1, memories=1, tables=1)
     session.store = store
     raised: BaseException | None = None
+    global _current
     with _EXECUTION_LOCK:
+        _current = session
         try:
-            imports = [wasmtime.Func(store, _functype(name), _host(session, name)) for name in module.imports]
-            instance = wasmtime.Instance(store, module.compiled, imports)
+            instance = _linker(store.engine).instantiate(store, module.compiled)
             exports = instance.exports(store)
             memory, run = exports[abi.EXPORT_MEMORY], exports[abi.EXPORT_RUN]
             assert isinstance(memory, wasmtime.Memory) and isinstance(run, wasmtime.Func)
@@ -305,9 +322,9 @@ def execute(
             raised = exc
         finally:
             plan.fuel_used = fuel - store.get_fuel()
-            # Host functions stay in wasmtime-py's global table until their store is freed, and
-            # they reference the session that references the store: close it, or it leaks.
+            # The session references the store and the store's memory: drop both, and free the store now.
             session.memory = session.store = None
+            _current = None
             store.close()
     stop = session.stop
     if isinstance(stop, _Suspend):
