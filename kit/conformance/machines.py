@@ -9,6 +9,7 @@ machine with only the steps it promises, and judged by the invariants alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,9 +38,12 @@ class MachineChecks(AreaChecks):
         """Under generated crashes, expired leases, stale completions, clock skew, lost acks, duplicates and
         races, every answer and the state of every run a step touched match the reference engine after every
         step, and the whole state at the end of each example."""
-        from kit.machines.machine import run_machine
+        def load() -> Any:
+            from kit.machines.machine import run_machine
 
-        _run(kit_backend, request, "reference", run_machine, kit_exploration)
+            return run_machine
+
+        _run(kit_backend, request, "reference", load, kit_exploration)
 
     def test_fault_machine_keeps_the_invariants(self, kit_backend: Backend, request: pytest.FixtureRequest,
                                                 kit_exploration: int) -> None:
@@ -47,15 +51,19 @@ class MachineChecks(AreaChecks):
         duplicate delivery (only of what the store promises), after every step: no stale effect, at most one
         live claim per run and command, duplicates applied once, nothing acknowledged lost, history contiguous
         and append-only, terminal runs unchanged."""
-        from kit.machines.model_free_machine import run_model_free
+        def load() -> Any:
+            from kit.machines.model_free_machine import run_model_free
 
-        _run(kit_backend, request, "model-free", run_model_free, kit_exploration)
+            return run_model_free
+
+        _run(kit_backend, request, "model-free", load, kit_exploration)
 
 
-def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: Any, exploration: int = 0) -> None:
+def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, load: Callable[[], Any],
+         exploration: int = 0) -> None:
     """Run exploration ``exploration`` of ``machine`` if this session selected it for ``backend`` (its seed
-    derived from the session's); save and name a failure's bundle."""
-    from kit.machines.bundle import make_bundle, prune_steps, save_bundle
+    derived from the session's); save and name a failure's bundle. ``load`` imports the machine's runner,
+    only once the machine is known to run (the import, Hypothesis with it, costs most of a second)."""
     from kit.pytest_plugin import machine_mode, machine_run, machine_settings
 
     profile, seed, seeds_dir, spec = machine_settings(request.config, backend)
@@ -65,7 +73,9 @@ def _run(backend: Backend, request: pytest.FixtureRequest, machine: str, run: An
     if chosen != machine:
         pytest.skip(f"unsupported: the {chosen} fault machine runs for this store (kit check --machine {machine} runs this one)")
     seed, database = machine_run(request.config, seed, exploration, spec, machine, profile)
+    run = load()
     from kit.machines import progress
+    from kit.machines.bundle import make_bundle, prune_steps, save_bundle
     from kit.machines.machine import PROFILES
 
     budget = PROFILES[profile]
