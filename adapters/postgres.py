@@ -38,7 +38,6 @@ How sessions are opened, probed and discovered lives in
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
@@ -346,17 +345,6 @@ class PostgresStore(SqlStore):
 
         return self._write(claim)
 
-
-class _LostPipelineQuiet(logging.Filter):
-    """Drops psycopg's warning that a pipeline whose block already raised could not be closed because the
-    connection is gone: the store raises that loss itself (ConnectionLost), so the warning only repeats it,
-    on stderr, each time a fault ends a session in the middle of a pipeline. Every other record passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "error ignored terminating %r: %s" and "connection is lost" in record.getMessage())
-
-
-logging.getLogger("psycopg").addFilter(_LostPipelineQuiet())
 
 _FENCE_BROKEN = "kit fence broken"
 """The words a failed one-row assertion carries (``PostgresDialect.asserting_one_row``)."""

@@ -234,20 +234,3 @@ def test_a_blocked_lock_wait_errors_after_lock_timeout(database: Any) -> None:
     finally:
         holder.close()
         waiter.close()
-
-
-def test_a_pipeline_lost_with_its_connection_is_reported_once_not_twice(caplog: pytest.LogCaptureFixture) -> None:
-    """psycopg's own warning about a pipeline it cannot close on a lost connection is dropped (the store raises
-    the loss); its other warnings still pass."""
-    import logging
-
-    import adapters.postgres  # noqa: F401 - installs the filter
-
-    log = logging.getLogger("psycopg")
-    with caplog.at_level(logging.WARNING, logger="psycopg"):
-        log.warning("error ignored terminating %r: %s", "<psycopg.Pipeline [BAD]>", "the connection is lost")
-        log.warning("error ignored terminating %r: %s", "<psycopg.Pipeline [BAD]>", "deadlock detected")
-        log.warning("something else")
-    assert [r.getMessage() for r in caplog.records] == [
-        "error ignored terminating '<psycopg.Pipeline [BAD]>': deadlock detected", "something else",
-    ]
