@@ -13,6 +13,7 @@ import pytest
 
 from kit.contract import (
     Backend,
+    ClockMode,
     Decision,
     NewCommand,
     NewEvent,
@@ -25,7 +26,6 @@ from kit.contract import (
 )
 from kit.pytest_plugin import use_backend
 from kit.runtime.ceiling import RecordingBackend
-from tests._opened import opened
 
 LEASE = timedelta(seconds=30)
 
@@ -63,15 +63,24 @@ def _claimed_with_a_result(store: Storage) -> tuple[Any, Snapshot]:
 
 
 @pytest.fixture
-def counted(server: Backend) -> Iterator[tuple[Storage, RecordingBackend]]:
+def opened(server: Backend) -> Iterator[tuple[Storage, RecordingBackend]]:
     """A migrated store on a fresh database of ``server``, whose round trips are counted."""
-    with opened(server) as (_, store, recording):
-        assert recording is not None
-        yield store, recording
+    recording = RecordingBackend(server)
+    database = server.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+            yield store, recording
+        finally:
+            store.close()
+    finally:
+        recording.stop()
+        database.drop()
 
 
-def test_a_snapshot_takes_one_round_trip_and_a_commit_at_most_three(counted: tuple[Storage, RecordingBackend]) -> None:
-    store, recording = counted
+def test_a_snapshot_takes_one_round_trip_and_a_commit_at_most_three(opened: tuple[Storage, RecordingBackend]) -> None:
+    store, recording = opened
     claim, snapshot = _claimed_with_a_result(store)
     before = recording.round_trips
     assert isinstance(store.load_claimed(claim), Snapshot)
@@ -101,8 +110,8 @@ class _Rewrite:
         del store._exec
 
 
-def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(counted: tuple[Storage, RecordingBackend]) -> None:
-    store, _ = counted
+def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(opened: tuple[Storage, RecordingBackend]) -> None:
+    store, _ = opened
     claim, snapshot = _claimed_with_a_result(store)
     before = store.export_state()
     # The command INSERT names a column that does not exist: the server rejects it after the event INSERTs.
@@ -116,9 +125,9 @@ def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(counted: t
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
 
 
-def test_a_fenced_update_that_changes_no_row_commits_nothing(counted: tuple[Storage, RecordingBackend]) -> None:
+def test_a_fenced_update_that_changes_no_row_commits_nothing(opened: tuple[Storage, RecordingBackend]) -> None:
     """Where the COMMIT travels with the writes, the fenced UPDATE itself must stop it on the server."""
-    store, _ = counted
+    store, _ = opened
     claim, snapshot = _claimed_with_a_result(store)
     before = store.export_state()
     _Rewrite.install(store, "AND revision = ? AND claim_generation = ?", "AND revision = ? + 1 AND claim_generation = ?")

@@ -3,7 +3,7 @@ first statement (in one string, or one pipeline), and never after any statement 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -11,6 +11,7 @@ import pytest
 
 from kit.contract import (
     Backend,
+    ClockMode,
     Decision,
     DefinitionRef,
     NewCommand,
@@ -20,7 +21,6 @@ from kit.contract import (
     digest_of,
 )
 from kit.pytest_plugin import use_backend
-from tests._opened import opened
 
 
 @pytest.fixture(params=["postgres", "mysql", "sqlite"])
@@ -28,79 +28,82 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     yield from use_backend(request.param)
 
 
-def _measured(backend: Backend, action: str) -> tuple[list[str], int | None]:
-    """The statement points (each its own round trip where the dialect folds) and the round trips on the wire
-    (None without server connections to count on) of one ``action`` on a run that waits for it: ``claim``,
-    ``read``, ``start``, ``load`` (the snapshot a decision reads), ``commit`` (a decision that appends an event
-    and schedules a command) or ``complete`` (that command's completion)."""
+def _statements(backend: Backend, action: str) -> list[str]:
+    database = backend.provision()
     seen: list[str] = []
-    with opened(backend, seen.append) as (_, store, recording):
-
-        def measure(act: Callable[[], object]) -> tuple[list[str], int | None]:
+    try:
+        store = database.open("t", clock=ClockMode.TEST, statement_hook=seen.append)
+        try:
+            store.migrate()
             seen.clear()
-            before = recording.round_trips if recording is not None else 0
-            act()
-            trips = None if recording is None else recording.round_trips - before
-            return [s for s in seen if s != "COMMITTED"], trips
-
-        if action == "claim":
-            return measure(lambda: store.claim_runs("w1", timedelta(seconds=30), limit=1))
-        if action == "read":
-            return measure(lambda: store.get_run("run-1"))
-        body = b"wf"
-        definition = store.ensure_definition("wf", "1", digest_of(body), body)
-        ref = DefinitionRef(definition.name, definition.version, definition.digest)
-        if action == "start":
-            return measure(lambda: store.start_run("run-1", ref, {"n": 1}))
-        store.start_run("run-1", ref, {"n": 1})
-        claim = store.claim_runs("w1", timedelta(seconds=30))[0]
-        if action == "load":
-            return measure(lambda: _expect(not isinstance(store.load_claimed(claim), Outcome)))
-        decision = Decision(
-            RunStatus.BLOCKED, events=(NewEvent("step", {"n": 1}, "op-1"),),
-            commands=(NewCommand("op-1", "charge", {"n": 1}),),
-        )
-        committed = measure(lambda: _expect(store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED))
-        if action == "commit":
-            return committed
-        command = store.claim_commands("w2", timedelta(seconds=30))[0]
-        return measure(lambda: _expect(store.complete_command(command, {"ok": True}) is Outcome.COMPLETED))
-
-
-def _expect(condition: bool) -> None:
-    assert condition
-
-
-def _points(backend: Backend, action: str) -> list[str]:
-    return _measured(backend, action)[0]
-
-
-def _trips(backend: Backend, action: str) -> int:
-    trips = _measured(backend, action)[1]
-    if trips is None:
-        pytest.skip("unsupported: no server connections to count round trips on")
-    return trips
-
-
-def _folds(backend: Backend) -> bool:
-    return bool(getattr(getattr(backend, "dialect", None), "fold_begin", False))
+            if action == "claim":
+                store.claim_runs("w1", timedelta(seconds=30), limit=1)
+            else:
+                store.get_run("run-1")
+        finally:
+            store.close()
+    finally:
+        database.drop()
+    return [s for s in seen if s != "COMMITTED"]
 
 
 def test_a_claim_opens_its_transaction_and_reads_the_clock_in_one_round_trip(backend: Backend) -> None:
-    statements = _points(backend, "claim")
+    statements = _statements(backend, "claim")
+    folds = bool(getattr(getattr(backend, "dialect", None), "fold_begin", False))
     first = statements[0].upper()
     assert first.startswith(("BEGIN", "SET TRANSACTION", "START TRANSACTION")), statements
-    if _folds(backend):
+    if folds:
         assert "; " in first, f"the BEGIN was sent on its own: {statements[:2]}"
         assert "KIT_TEST_CLOCK" in first, f"the clock was not read in the claim's first round trip: {statements[:2]}"
     assert statements[-1] == "COMMIT"
 
 
 def test_a_read_with_parameters_still_starts_its_transaction_first(backend: Backend) -> None:
-    statements = _points(backend, "read")
+    statements = _statements(backend, "read")
     assert statements[0].upper().startswith(("BEGIN", "SET TRANSACTION", "START TRANSACTION")), statements
     # The read follows the BEGIN: in its own statement, or folded into the BEGIN's string (MySQL).
     assert any("kit_runs" in s for s in statements), statements
+
+
+def _points(backend: Backend, action: str) -> list[str]:
+    """The statement points (each one round trip where the dialect folds) of one ``action`` on a run that
+    waits for it: ``start``, ``commit`` (a decision that appends an event and schedules a command) or
+    ``complete`` (that command's completion)."""
+    database = backend.provision()
+    seen: list[str] = []
+    try:
+        store = database.open("t", clock=ClockMode.TEST, statement_hook=seen.append)
+        try:
+            store.migrate()
+            body = b"wf"
+            definition = store.ensure_definition("wf", "1", digest_of(body), body)
+            ref = DefinitionRef(definition.name, definition.version, definition.digest)
+            if action == "start":
+                seen.clear()
+                store.start_run("run-1", ref, {"n": 1})
+                return [s for s in seen if s != "COMMITTED"]
+            store.start_run("run-1", ref, {"n": 1})
+            claim = store.claim_runs("w1", timedelta(seconds=30))[0]
+            decision = Decision(
+                RunStatus.BLOCKED, events=(NewEvent("step", {"n": 1}, "op-1"),),
+                commands=(NewCommand("op-1", "charge", {"n": 1}),),
+            )
+            if action == "commit":
+                seen.clear()
+            assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
+            if action == "complete":
+                command = store.claim_commands("w2", timedelta(seconds=30))[0]
+                seen.clear()
+                assert store.complete_command(command, {"ok": True}) is Outcome.COMPLETED
+        finally:
+            store.close()
+    finally:
+        database.drop()
+    return [s for s in seen if s != "COMMITTED"]
+
+
+def _folds(backend: Backend) -> bool:
+    return bool(getattr(getattr(backend, "dialect", None), "fold_begin", False))
 
 
 def test_a_completion_locks_reads_the_clock_then_writes_in_two_round_trips_before_its_commit(
@@ -134,6 +137,43 @@ def test_a_start_reads_its_definition_and_the_clock_in_its_first_round_trip(back
         assert len(points) <= 4, points
 
 
+def _trips(backend: Backend, action: str) -> int:
+    """Round trips of one ``action`` (as in :func:`_points`, plus ``load``: the snapshot a decision reads),
+    counted on the wire by :class:`kit.runtime.ceiling.RecordingBackend` (skipped for a backend without server
+    connections to count on)."""
+    from kit.runtime.ceiling import RecordingBackend
+
+    if not hasattr(backend, "_connect"):
+        pytest.skip("unsupported: no server connections to count round trips on")
+    recording = RecordingBackend(backend)
+    database = backend.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+            body = b"wf"
+            definition = store.ensure_definition("wf", "1", digest_of(body), body)
+            store.start_run("run-1", DefinitionRef(definition.name, definition.version, definition.digest), {"n": 1})
+            claim = store.claim_runs("w1", timedelta(seconds=30))[0]
+            decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "charge", {"n": 1}),))
+            before = recording.round_trips
+            if action == "load":
+                assert not isinstance(store.load_claimed(claim), Outcome)
+                return recording.round_trips - before
+            assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
+            if action == "commit":
+                return recording.round_trips - before
+            command = store.claim_commands("w2", timedelta(seconds=30))[0]
+            before = recording.round_trips
+            assert store.complete_command(command, {"ok": True}) is Outcome.COMPLETED
+            return recording.round_trips - before
+        finally:
+            store.close()
+    finally:
+        recording.stop()
+        database.drop()
+
+
 def test_a_snapshot_is_one_round_trip_with_its_commit(backend: Backend) -> None:
     trips = _trips(backend, "load")
     if _folds(backend):
@@ -157,12 +197,25 @@ def test_a_decision_commit_sends_its_commit_with_its_writes_where_the_fence_is_c
 
 
 def test_resetting_a_shared_database_is_one_round_trip(backend: Backend) -> None:
-    with opened(backend) as (database, _, recording):
-        if recording is None:
-            pytest.skip("unsupported: no server connections to count round trips on")
-        database.reset()  # opens the store it keeps for the next resets
+    from kit.runtime.ceiling import RecordingBackend
+
+    if not hasattr(backend, "_connect"):
+        pytest.skip("unsupported: no server connections to count round trips on")
+    recording = RecordingBackend(backend)
+    database = backend.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+        reset = getattr(database, "reset")  # noqa: B009 - optional on a Database
+        reset()  # opens the store it keeps for the next resets
         before = recording.round_trips
-        database.reset()
+        reset()
         trips = recording.round_trips - before
+    finally:
+        recording.stop()
+        database.drop()
     if _folds(backend):
         assert trips == 1, f"a reset took {trips} round trips"

@@ -141,7 +141,15 @@ class CommandSql(SqlPlumbing):
             run, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            self._end_command(cur, claim, run, now, "completed", "result", text)
+            with self._held():  # the writes travel with the COMMIT
+                self._exec(
+                    cur,
+                    "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
+                    "WHERE tenant_id = ? AND command_id = ?",
+                    (text, self.tenant_id, int(claim.command_id)),
+                )
+                if run is not None:
+                    self._make_runnable(cur, run, now)
             return Outcome.COMPLETED
 
         return self._write(complete)
@@ -171,25 +179,18 @@ class CommandSql(SqlPlumbing):
                         (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
                     )
                 return Outcome.RETRY_SCHEDULED
-            self._end_command(cur, claim, run, now, "failed", "error", text)
+            with self._held():  # the writes travel with the COMMIT
+                self._exec(
+                    cur,
+                    "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
+                    "WHERE tenant_id = ? AND command_id = ?",
+                    (text, self.tenant_id, int(claim.command_id)),
+                )
+                if run is not None:
+                    self._make_runnable(cur, run, now)
             return Outcome.FAILED
 
         return self._write(fail)
-
-    def _end_command(
-        self, cur: Any, claim: CommandClaim, run: Run | None, now: int, status: str, column: str, text: str
-    ) -> None:
-        """The fenced command ends ``status`` with ``text`` in ``column`` and wakes its run; the writes travel
-        with the COMMIT."""
-        with self._held():
-            self._exec(
-                cur,
-                f"UPDATE kit_commands SET status = '{status}', {column} = ?, claim_expires_at = NULL, due_at = NULL "
-                "WHERE tenant_id = ? AND command_id = ?",
-                (text, self.tenant_id, int(claim.command_id)),
-            )
-            if run is not None:
-                self._make_runnable(cur, run, now)
 
     def get_command(self, command_id: str) -> Command | None:
         if not command_id.isdigit():
