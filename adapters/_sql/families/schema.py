@@ -95,9 +95,8 @@ class SchemaSql(SqlPlumbing):
         self._require_test_clock()
 
         def empty(cur: Any) -> None:
-            with self._held():  # one round trip with the BEGIN and the COMMIT where the dialect queues
-                for table in reversed(CORE_TABLES):
-                    self._exec(cur, f"DELETE FROM {table}")
-                self._exec(cur, "UPDATE kit_test_clock SET now_us = ? WHERE id = 1", (to_micros(TEST_CLOCK_START),))
+            for table in reversed(CORE_TABLES):
+                cur.execute(f"DELETE FROM {table}")
+            self._exec(cur, "UPDATE kit_test_clock SET now_us = ? WHERE id = 1", (to_micros(TEST_CLOCK_START),))
 
         self._write(empty)
