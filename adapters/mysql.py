@@ -93,7 +93,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import pymysql
 
@@ -190,26 +190,17 @@ class MysqlDialect(Dialect):
         ``CLIENT.MULTI_STATEMENTS``). The server runs them in order and stops at the first that fails;
         its error is raised here, when its result is reached, so no result is left unread."""
 
-        raw = getattr(cursor, "raw", cursor)  # below the statement hook, which execute_batch announces to
-
         def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
-            texts = [*begins, *(sql for sql, _ in statements)]
+            text = "; ".join([*begins, *(sql for sql, _ in statements)])
             params = tuple(p for _, each in statements for p in (each or ()))
-
-            def run() -> list[Sent]:
-                text = "; ".join(texts)
-                raw.execute(text, params) if params else raw.execute(text)
-                out: list[Sent] = []
-                for i in range(len(texts)):
-                    if i and not raw.nextset():
-                        raise StorageError(f"MySQL answered {i} results to {len(texts)} statements")
-                    if i >= len(begins):
-                        out.append(collect(raw))
-                return out
-
-            if hasattr(cursor, "execute_batch"):
-                return cast(list[Sent], cursor.execute_batch(texts, run))
-            return run()
+            cursor.execute(text, params) if params else cursor.execute(text)
+            out: list[Sent] = []
+            for i in range(len(begins) + len(statements)):
+                if i and not cursor.nextset():
+                    raise StorageError(f"MySQL answered {i} results to {len(begins) + len(statements)} statements")
+                if i >= len(begins):
+                    out.append(collect(cursor))
+            return out
 
         return send
 

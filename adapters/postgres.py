@@ -65,7 +65,6 @@ from adapters._postgres_connect import start_container as _start_container
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
-from adapters._sql.families._base import FenceBroken
 from adapters._sql.pipeline import Sender, Sent, Statement
 from adapters._sql.store import SqlStore
 from kit.clock import from_micros
@@ -181,21 +180,9 @@ class PostgresDialect(Dialect):
 
         return send
 
-    def asserting_one_row(self, update: str) -> str:
-        """The UPDATE in a CTE; the outer SELECT returns no row when it changed exactly one, and otherwise
-        casts a text that names the problem to an integer, which fails (SQLSTATE 22P02, the text in the
-        message): PostgreSQL then skips the rest of the pipeline, the COMMIT included."""
-        return (
-            f"WITH changed AS ({update} RETURNING 1) "
-            f"SELECT ('{_FENCE_BROKEN}: the fenced update matched ' || count(*) || ' rows')::int "
-            "FROM changed HAVING count(*) <> 1"
-        )
-
     def translate(self, error: BaseException) -> KitError | None:
         state = getattr(error, "sqlstate", None)
         detail = f"{type(error).__name__}: {first_line(error)}"
-        if state == "22P02" and _FENCE_BROKEN in str(error):
-            return FenceBroken(f"the fenced update did not change exactly one row although the run's lock was held ({detail})")
         if state in ("40P01", "40001"):
             return TransientError(
                 f"PostgreSQL rolled the attempt back ({detail}); it is safe to retry"
@@ -345,9 +332,6 @@ class PostgresStore(SqlStore):
 
         return self._write(claim)
 
-
-_FENCE_BROKEN = "kit fence broken"
-"""The words a failed one-row assertion carries (``PostgresDialect.asserting_one_row``)."""
 
 _NOW = "(SELECT now_us FROM clock)"
 """The store clock inside a claim statement (see ``PostgresStore._clock_cte``)."""

@@ -53,28 +53,11 @@ class HookedCursor:
     def execute_batch(self, statements: Sequence[str], send: Callable[[], T]) -> T:
         """Statements the driver sends in one round trip (a pipeline): announced as *one* point, their
         texts joined by ``"; "`` (as a multi-statement string would be), before ``send`` sends them all.
-        One point, so whoever parks or fails a worker at a point finds every earlier statement run.
-
-        A COMMIT may end the batch (never stand inside it): it keeps its own ``"COMMIT"`` point, announced
-        after the others' point and before anything is sent (raising there, nothing of the batch ran and
-        the commit never happened), and ``"COMMITTED"`` comes once ``send`` returned."""
-        *body, last = statements
-        commits = bool(_COMMIT.match(last))
-        if any(_COMMIT.match(sql) for sql in (body if commits else statements)):
-            raise ValueError("a COMMIT can only end a batch: what follows it would run outside the transaction")
-        if not commits or body:
-            self._hook("; ".join(body if commits else statements))
-        if commits:
-            self._hook(COMMIT_POINT)
-        result = send()
-        if commits:
-            self._hook(COMMITTED_POINT)
-        return result
-
-    @property
-    def raw(self) -> Any:
-        """The driver's own cursor, below the hook (for a sender that announced its statements itself)."""
-        return self._cursor
+        One point, so whoever parks or fails a worker at a point finds every earlier statement run."""
+        if any(_COMMIT.match(sql) for sql in statements):
+            raise ValueError("a COMMIT is never batched: its COMMIT and COMMITTED points must stay its own")
+        self._hook("; ".join(statements))
+        return send()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cursor, name)

@@ -75,7 +75,7 @@ def test_a_failed_send_raises_and_a_block_that_raises_drops_what_it_queued() -> 
     assert driver.executed == ["ROLLBACK"], "a statement of the failed block was sent after it"
 
 
-def test_a_batch_is_one_hook_point_before_it_is_sent_and_a_commit_ends_it_with_its_own_points() -> None:
+def test_a_batch_is_one_hook_point_before_it_is_sent_and_never_carries_a_commit() -> None:
     from kit.connections import HookedCursor
     from kit.runtime.counting import StatementCounter
 
@@ -91,20 +91,5 @@ def test_a_batch_is_one_hook_point_before_it_is_sent_and_a_commit_ends_it_with_i
     assert cursor.execute_batch(["BEGIN", "S1", "S2"], lambda: order.append(f"sent after {len(seen)}") or 7) == 7
     assert seen == ["BEGIN; S1; S2"] and order == ["sent after 1"]
     assert counter.count == 3, "the counter counts each statement of a batch"
-    seen.clear()
-    order.clear()
-    cursor.execute_batch(["UPDATE t", "UPDATE u", "COMMIT"], lambda: order.append(f"sent after {len(seen)}"))
-    assert seen == ["UPDATE t; UPDATE u", "COMMIT", "COMMITTED"], seen
-    assert order == ["sent after 2"], "the batch was sent before its COMMIT point, or after COMMITTED"
-
-    seen.clear()
-
-    def failing() -> None:
-        raise RuntimeError("a statement of the batch failed")
-
-    with pytest.raises(RuntimeError):
-        cursor.execute_batch(["UPDATE t", "COMMIT"], failing)
-    assert seen == ["UPDATE t", "COMMIT"], "a batch that failed announced COMMITTED"
-    for misplaced in (["COMMIT", "UPDATE t"], ["UPDATE t", "COMMIT", "COMMIT"]):
-        with pytest.raises(ValueError, match="can only end a batch"):
-            cursor.execute_batch(misplaced, lambda: None)
+    with pytest.raises(ValueError, match="never batched"):
+        cursor.execute_batch(["UPDATE t", "COMMIT"], lambda: None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -135,62 +134,3 @@ def test_a_start_reads_its_definition_and_the_clock_in_its_first_round_trip(back
         first = points[0].upper()
         assert "FROM KIT_DEFINITIONS" in first and "KIT_TEST_CLOCK" in first, points
         assert len(points) <= 4, points
-
-
-def _trips(backend: Backend, action: str) -> int | None:
-    """Round trips of one ``action`` (as in :func:`_points`, plus ``load``: the snapshot a decision reads),
-    counted on the wire by :class:`kit.runtime.ceiling.RecordingBackend`; None for a backend without server
-    connections to count on."""
-    from kit.runtime.ceiling import RecordingBackend
-
-    if not hasattr(backend, "_connect"):
-        return None
-    recording = RecordingBackend(backend)
-    database = backend.provision()
-    try:
-        store = database.open("t", clock=ClockMode.TEST)
-        try:
-            store.migrate()
-            body = b"wf"
-            definition = store.ensure_definition("wf", "1", digest_of(body), body)
-            store.start_run("run-1", DefinitionRef(definition.name, definition.version, definition.digest), {"n": 1})
-            claim = store.claim_runs("w1", timedelta(seconds=30))[0]
-            decision = Decision(RunStatus.BLOCKED, commands=(NewCommand("op-1", "charge", {"n": 1}),))
-            before = recording.round_trips
-            if action == "load":
-                assert not isinstance(store.load_claimed(claim), Outcome)
-                return recording.round_trips - before
-            assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
-            if action == "commit":
-                return recording.round_trips - before
-            command = store.claim_commands("w2", timedelta(seconds=30))[0]
-            before = recording.round_trips
-            assert store.complete_command(command, {"ok": True}) is Outcome.COMPLETED
-            return recording.round_trips - before
-        finally:
-            store.close()
-    finally:
-        recording.stop()
-        database.drop()
-
-
-def test_a_snapshot_is_one_round_trip_with_its_commit(backend: Backend) -> None:
-    trips = _trips(backend, "load")
-    if trips is not None and _folds(backend):
-        assert trips == 1
-
-
-def test_a_completion_sends_its_writes_with_its_commit(backend: Backend) -> None:
-    trips = _trips(backend, "complete")
-    if trips is not None and _folds(backend):
-        assert trips == 2  # the locks and the clock; the writes and the COMMIT
-
-
-def test_a_decision_commit_sends_its_commit_with_its_writes_where_the_fence_is_checked_on_the_server(
-    backend: Backend,
-) -> None:
-    trips = _trips(backend, "commit")
-    if trips is not None and _folds(backend):
-        dialect: Any = getattr(backend, "dialect", None)
-        server_fence = dialect.asserting_one_row("UPDATE t SET a = 1") is not None
-        assert trips == (2 if server_fence else 3)

@@ -19,7 +19,7 @@ from kit.workload import StressConfig, run_stress
 from tests.seeded_bugs.stress_bugs import STRESS_BUGS, StressBug
 
 DEFAULT = StressConfig()
-SEEDS = {"claim_without_lock": (3, 3.0), "fence_check_then_act": (10, 10.0)}
+SEEDS = {"claim_without_lock": (3, 3.0), "fence_check_then_act": (10, 6.0)}
 """Bug -> (seed, seconds of faults)."""
 
 

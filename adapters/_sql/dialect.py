@@ -62,12 +62,6 @@ class Dialect:
         sends them one by one."""
         return send_one_by_one(cursor)
 
-    def asserting_one_row(self, update: str) -> str | None:
-        """``update`` (an UPDATE) as one statement that fails on the server unless it changed exactly one
-        row, so that a COMMIT sent behind it never runs; None where the dialect cannot say that in SQL
-        (then the store reads the row count before it commits)."""
-        return None
-
     def sql(self, text: str) -> str:
         """``text`` with ``?`` placeholders rewritten for the driver."""
         if self.paramstyle == "format":

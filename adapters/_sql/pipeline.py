@@ -7,9 +7,7 @@
 * Inside :meth:`StoreCursor.batching` (the store's ``_pipelined()``), ``execute`` only queues:
   the queue is sent in one round trip where the driver can (psycopg's pipeline mode; one
   multi-statement string on MySQL), in order, when a result of any queued statement is read,
-  when the block ends, or together with the next statement sent outside the queue (a held
-  block, ``batching(hold=True)``, leaves its queue for that one: the transaction's COMMIT then
-  travels with its last writes). The server runs them in
+  when the block ends, or before any statement sent outside the queue. The server runs them in
   the order they were queued, in the open transaction, so every lock and every read happens in
   the same order as one statement at a time would have them.
 * A queued statement that fails raises when the queue is sent, before anything after it runs
@@ -130,27 +128,18 @@ class StoreCursor:
         self._last: Pending | None = None
 
     @contextmanager
-    def batching(self, hold: bool = False) -> Iterator[None]:
-        """Queue the statements executed in the block; send them when needed and at its end, or with
-        ``hold`` past its end: with the next statement sent (the transaction's COMMIT, say)."""
+    def batching(self) -> Iterator[None]:
+        """Queue the statements executed in the block; send them when needed and at its end."""
         if self._batching:
             yield
             return
         self._batching = True
-        done = False
         try:
             yield
-            done = True
-            if not hold:
-                self.flush()
+            self.flush()
         finally:
             self._batching = False
-            if not done:
-                self._queue = []  # never sent, rolled back with its transaction
-
-    def discard(self) -> None:
-        """Drop what is queued and a BEGIN not yet sent (the transaction is being rolled back)."""
-        self._queue, self.pending, self._last = [], None, None
+            self._queue = []  # only when the block raised: never sent, rolled back with its transaction
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         if not self._batching and self.pending is None and not self._queue:

@@ -115,17 +115,6 @@ class SqlPlumbing:
         else:
             yield
 
-    @contextmanager
-    def _held(self) -> Iterator[None]:
-        """Statements executed in the block are queued and sent with the transaction's COMMIT, in its round
-        trip (or sooner, with the next statement, or when one of their results is read); where the dialect
-        cannot queue, they run one by one as usual. For writes whose results nothing reads."""
-        if isinstance(self._cur, StoreCursor):
-            with self._cur.batching(hold=True):
-                yield
-        else:
-            yield
-
     def _translate(self, exc: BaseException) -> KitError:
         translated = self.dialect.translate(exc)
         if translated is None:
@@ -190,11 +179,9 @@ class SqlPlumbing:
     def _quiet_rollback(self) -> None:
         if self._dead is not None:
             return
-        if isinstance(self._cur, StoreCursor):
-            begun = self._cur.pending is None
-            self._cur.discard()  # what was queued and never sent is rolled back by not sending it
-            if not begun:
-                return  # the BEGIN was never sent: nothing to roll back
+        if isinstance(self._cur, StoreCursor) and self._cur.pending is not None:
+            self._cur.pending = None  # the BEGIN was never sent: nothing to roll back
+            return
         with contextlib.suppress(Exception):  # no transaction, or the connection is gone
             self._cur.execute(self.dialect.rollback)
 
@@ -284,13 +271,6 @@ class SqlPlumbing:
     def _locked_run(self, cur: Any, run_id: str) -> Run | None:
         """The run row, locked until commit (the first lock of every run-scoped write)."""
         return self._lock_run(cur, run_id)()
-
-    def _locked_run_and_clock(self, cur: Any, run_id: str) -> tuple[Run | None, int]:
-        """The run, locked, and the store clock read once the lock is held: one round trip where the
-        dialect pipelines."""
-        with self._pipelined():
-            run, clock = self._lock_run(cur, run_id), self._clock(cur)
-        return run(), clock()
 
     def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
         """Lock the run row until commit and read it (queued inside ``_pipelined()``: the statements queued

@@ -123,12 +123,11 @@ class CommandSql(SqlPlumbing):
             _, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            with self._held():  # the write travels with the COMMIT
-                self._exec(
-                    cur,
-                    "UPDATE kit_commands SET claim_expires_at = ?, due_at = ? WHERE tenant_id = ? AND command_id = ?",
-                    (now + lease_us, now + lease_us, self.tenant_id, int(claim.command_id)),
-                )
+            self._exec(
+                cur,
+                "UPDATE kit_commands SET claim_expires_at = ?, due_at = ? WHERE tenant_id = ? AND command_id = ?",
+                (now + lease_us, now + lease_us, self.tenant_id, int(claim.command_id)),
+            )
             return Outcome.RENEWED
 
         return self._write(beat)
@@ -141,7 +140,7 @@ class CommandSql(SqlPlumbing):
             run, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            with self._held():  # the writes travel with the COMMIT
+            with self._pipelined():  # the writes in one round trip
                 self._exec(
                     cur,
                     "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
@@ -171,15 +170,14 @@ class CommandSql(SqlPlumbing):
                 return refused
             assert command is not None
             if retryable and command.attempt < command.max_attempts:
-                with self._held():  # the write travels with the COMMIT
-                    self._exec(
-                        cur,
-                        "UPDATE kit_commands SET status = 'pending', error = ?, claim_owner = NULL, "
-                        "claim_expires_at = NULL, not_before = ?, due_at = ? WHERE tenant_id = ? AND command_id = ?",
-                        (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
-                    )
+                self._exec(
+                    cur,
+                    "UPDATE kit_commands SET status = 'pending', error = ?, claim_owner = NULL, "
+                    "claim_expires_at = NULL, not_before = ?, due_at = ? WHERE tenant_id = ? AND command_id = ?",
+                    (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
+                )
                 return Outcome.RETRY_SCHEDULED
-            with self._held():  # the writes travel with the COMMIT
+            with self._pipelined():  # the writes in one round trip
                 self._exec(
                     cur,
                     "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -117,14 +117,13 @@ class DecisionSql(SqlPlumbing):
         return self._write(claim)
 
     def load_claimed(self, claim: RunClaim) -> Snapshot | Outcome:
-        """One snapshot, read in one round trip where the dialect pipelines: the BEGIN, the run, the clock,
-        the four lists and the COMMIT are sent together (a read-only snapshot decides nothing before it
-        ends); the fence is judged on the run and clock read in that snapshot, and the lists are simply
-        dropped when it refuses."""
+        """One snapshot, read in one round trip where the dialect pipelines: the run, the clock and the
+        four lists are queued together (the fence is judged on the run and clock read in that snapshot;
+        the lists are simply dropped when it refuses)."""
 
-        def load(cur: Any) -> Callable[[], Snapshot | Outcome]:
+        def load(cur: Any) -> Snapshot | Outcome:
             key = (self.tenant_id, claim.run_id)
-            with self._held():
+            with self._pipelined():
                 run_row = self._query(
                     cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND run_id = ?", key
                 )
@@ -151,48 +150,34 @@ class DecisionSql(SqlPlumbing):
                     "AND status = 'fired' ORDER BY timer_id",
                     key,
                 )
+            found = run_row.fetchone()
+            run = None if found is None else R.to_run(found)
+            refused = self._refuse_run(run, claim, self._clock_value(clock.fetchone()))
+            if refused:
+                return refused
+            assert run is not None
+            return Snapshot(
+                run,
+                tuple(R.to_event(r) for r in history.fetchall()),
+                tuple(R.to_command(r) for r in results.fetchall()),
+                tuple(R.to_signal(r) for r in signals.fetchall()),
+                tuple(R.to_timer(r) for r in timers.fetchall()),
+            )
 
-            def snapshot() -> Snapshot | Outcome:  # read once the transaction ended
-                found = run_row.fetchone()
-                run = None if found is None else R.to_run(found)
-                refused = self._refuse_run(run, claim, self._clock_value(clock.fetchone()))
-                if refused:
-                    return refused
-                assert run is not None
-                return Snapshot(
-                    run,
-                    tuple(R.to_event(r) for r in history.fetchall()),
-                    tuple(R.to_command(r) for r in results.fetchall()),
-                    tuple(R.to_signal(r) for r in signals.fetchall()),
-                    tuple(R.to_timer(r) for r in timers.fetchall()),
-                )
-
-            return snapshot
-
-        return self._read(load)()
+        return self._read(load)
 
     def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
         """Round trips where the dialect pipelines: the run lock with the BEGIN, then the clock and every read
         the commit decides on, queued behind the lock (the server runs them once the lock is held); every
-        write and the fenced UPDATE, queued together, with the COMMIT where the dialect can fail the fenced
-        UPDATE on the server unless it changed one row (``asserting_one_row``), else followed by the COMMIT
-        on its own once the UPDATE was seen to match one row. All in one transaction: a failure anywhere
-        rolls the whole commit back."""
+        write and the fenced UPDATE, queued together; the COMMIT on its own (after the fenced UPDATE was seen
+        to match one row). All in one transaction: a failure anywhere rolls the whole commit back."""
         v.check_decision(decision)
         encoded_events = [(e, v.encode_json(e.payload)) for e in decision.events]
         encoded_commands = [(c, v.encode_json(c.input)) for c in decision.commands]
         output, error = v.encode_json(decision.output), v.encode_json(decision.error)
 
-        fenced_update = (
-            "UPDATE kit_runs SET status = ?, revision = ?, claim_owner = NULL, "
-            "claim_expires_at = NULL, wake_at = ?, due_at = ?, wakeup_pending = 0, output = ?, "
-            "error = ?, updated_at = ? "
-            "WHERE tenant_id = ? AND run_id = ? AND revision = ? AND claim_generation = ?"
-        )
-        asserted = self.dialect.asserting_one_row(fenced_update)
-
         def commit(cur: Any) -> Outcome:
-            with self._pipelined() if asserted is None else self._held():
+            with self._pipelined():
                 locked = self._lock_run(cur, claim.run_id)
                 clock = self._clock(cur)
                 if self._pipelines():  # queued behind the lock (else each is read when needed)
@@ -218,15 +203,18 @@ class DecisionSql(SqlPlumbing):
                 if status.terminal:
                     wake = None
                     self._close_outstanding(cur, run.run_id)
-                params = (
-                    status.value, revision, wake, wake, output, error, now,
-                    self.tenant_id, run.run_id, expected_revision, claim.generation,
-                )
-                if asserted is not None:  # held: sent with the COMMIT, which never runs if this fails
-                    self._exec(cur, asserted, params)
-                    return Outcome.COMMITTED
-                done = self._exec(cur, fenced_update, params).rowcount  # sends the queued writes: a failed one
-                if done != 1:                                           # raises here, before the COMMIT
+                done = self._exec(
+                    cur,
+                    "UPDATE kit_runs SET status = ?, revision = ?, claim_owner = NULL, "
+                    "claim_expires_at = NULL, wake_at = ?, due_at = ?, wakeup_pending = 0, output = ?, "
+                    "error = ?, updated_at = ? "
+                    "WHERE tenant_id = ? AND run_id = ? AND revision = ? AND claim_generation = ?",
+                    (
+                        status.value, revision, wake, wake, output, error, now,
+                        self.tenant_id, run.run_id, expected_revision, claim.generation,
+                    ),
+                ).rowcount  # sends the queued writes: a failed one raises here, before the COMMIT
+                if done != 1:
                     raise FenceBroken(f"the fenced update of run {run.run_id!r} matched {done} rows")
                 return Outcome.COMMITTED
 

@@ -22,35 +22,35 @@ class LeaseSql(SqlPlumbing):
         lease_us = v.check_lease(lease)
 
         def renew(cur: Any) -> Outcome:
-            run, now = self._locked_run_and_clock(cur, claim.run_id)
+            run = self._locked_run(cur, claim.run_id)
+            now = self._now_us(cur)
             refused = self._refuse_run(run, claim, now)
             if refused:
                 return refused
-            with self._held():  # the write travels with the COMMIT
-                self._exec(
-                    cur,
-                    "UPDATE kit_runs SET claim_expires_at = ?, due_at = ?, updated_at = ? "
-                    "WHERE tenant_id = ? AND run_id = ? AND claim_generation = ?",
-                    (now + lease_us, now + lease_us, now, self.tenant_id, claim.run_id, claim.generation),
-                )
+            self._exec(
+                cur,
+                "UPDATE kit_runs SET claim_expires_at = ?, due_at = ?, updated_at = ? "
+                "WHERE tenant_id = ? AND run_id = ? AND claim_generation = ?",
+                (now + lease_us, now + lease_us, now, self.tenant_id, claim.run_id, claim.generation),
+            )
             return Outcome.RENEWED
 
         return self._write(renew)
 
     def release_run_claim(self, claim: RunClaim) -> Outcome:
         def release(cur: Any) -> Outcome:
-            run, now = self._locked_run_and_clock(cur, claim.run_id)
+            run = self._locked_run(cur, claim.run_id)
+            now = self._now_us(cur)
             refused = self._refuse_run(run, claim, now)
             if refused:
                 return refused
-            with self._held():  # the write travels with the COMMIT
-                self._exec(
-                    cur,
-                    "UPDATE kit_runs SET status = 'pending', claim_owner = NULL, claim_expires_at = NULL, "
-                    "wake_at = ?, due_at = ?, wakeup_pending = 0, updated_at = ? "
-                    "WHERE tenant_id = ? AND run_id = ? AND claim_generation = ?",
-                    (now, now, now, self.tenant_id, claim.run_id, claim.generation),
-                )
+            self._exec(
+                cur,
+                "UPDATE kit_runs SET status = 'pending', claim_owner = NULL, claim_expires_at = NULL, "
+                "wake_at = ?, due_at = ?, wakeup_pending = 0, updated_at = ? "
+                "WHERE tenant_id = ? AND run_id = ? AND claim_generation = ?",
+                (now, now, now, self.tenant_id, claim.run_id, claim.generation),
+            )
             return Outcome.COMMITTED
 
         return self._write(release)
