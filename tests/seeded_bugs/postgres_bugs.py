@@ -140,8 +140,8 @@ class CommitDecidesOnUnlockedRead(PostgresStore):
         finally:
             self._in_commit = False
 
-    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
-        return self._read_run(cur, run_id) if self._in_commit else super()._lock_run(cur, run_id)
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        return self._run(cur, run_id) if self._in_commit else super()._locked_run(cur, run_id)
 
 
 class WakeupMarkReadBeforeLock(PostgresStore):
@@ -157,19 +157,14 @@ class WakeupMarkReadBeforeLock(PostgresStore):
         finally:
             self._in_commit = False
 
-    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
         if not self._in_commit:
-            return super()._lock_run(cur, run_id)
-        read_early = self._read_run(cur, run_id)
-        lock = super()._lock_run(cur, run_id)
-
-        def run() -> Run | None:
-            early, locked = read_early(), lock()
-            if early is None or locked is None:
-                return locked
-            return replace(locked, wakeup_pending=early.wakeup_pending)
-
-        return run
+            return super()._locked_run(cur, run_id)
+        early = self._run(cur, run_id)
+        locked = super()._locked_run(cur, run_id)
+        if early is None or locked is None:
+            return locked
+        return replace(locked, wakeup_pending=early.wakeup_pending)
 
 
 POSTGRES_BUGS: tuple[SeededBug, ...] = (

@@ -35,7 +35,7 @@ from kit.contract.errors import (
 from kit.contract.outcomes import Outcome
 from kit.contract.protocol import MigrationSpec
 
-__all__ = ["CORE_TABLES", "RETRIES", "TERMINAL", "FenceBroken", "SqlPlumbing", "UnitOfWork", "first_row", "once"]
+__all__ = ["CORE_TABLES", "RETRIES", "TERMINAL", "FenceBroken", "SqlPlumbing", "UnitOfWork"]
 
 T = TypeVar("T")
 
@@ -211,12 +211,7 @@ class SqlPlumbing:
         raise AssertionError("unreachable")
 
     def _now_us(self, cur: Any) -> int:
-        return self._clock(cur)()
-
-    def _clock(self, cur: Any) -> Callable[[], int]:
-        """Read the store clock (queued inside ``_pipelined()``); call the result for its value."""
-        handle = self._query(cur, f"SELECT {self._now_sql}")
-        return once(lambda: self._clock_value(handle.fetchone()))
+        return self._clock_value(self._exec(cur, f"SELECT {self._now_sql}").fetchone())
 
     def _clock_value(self, row: Any) -> int:
         """The store clock from the row of ``SELECT <now>``."""
@@ -237,51 +232,36 @@ class SqlPlumbing:
             raise ClockModeError("this store runs on the database clock: open it with clock=TEST")
 
     def _definition(self, cur: Any, name: str, version: str) -> Definition | None:
-        return self._read_definition(cur, name, version)()
-
-    def _read_definition(self, cur: Any, name: str, version: str) -> Callable[[], Definition | None]:
-        """Read a definition (queued inside ``_pipelined()``); call the result for it."""
-        handle = self._query(
+        row = self._exec(
             cur,
             f"SELECT {R.DEFINITION_COLUMNS} FROM kit_definitions WHERE tenant_id = ? AND name = ? AND version = ?",
             (self.tenant_id, name, version),
-        )
-        return first_row(handle, R.to_definition)
+        ).fetchone()
+        return None if row is None else R.to_definition(row)
 
     def _run_by_key(self, cur: Any, key: str) -> Run | None:
-        return self._read_run_by_key(cur, key)()
-
-    def _read_run_by_key(self, cur: Any, key: str) -> Callable[[], Run | None]:
-        """Read the run started with idempotency ``key`` (queued inside ``_pipelined()``); call the result."""
-        handle = self._query(
-            cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND idempotency_key = ?", (self.tenant_id, key)
-        )
-        return first_row(handle, R.to_run)
+        row = self._exec(
+            cur,
+            f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND idempotency_key = ?",
+            (self.tenant_id, key),
+        ).fetchone()
+        return None if row is None else R.to_run(row)
 
     def _run(self, cur: Any, run_id: str) -> Run | None:
-        return self._read_run(cur, run_id)()
-
-    def _read_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
-        """Read the run row, unlocked (queued inside ``_pipelined()``); call the result for the run."""
-        handle = self._query(
+        row = self._exec(
             cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND run_id = ?", (self.tenant_id, run_id)
-        )
-        return first_row(handle, R.to_run)
+        ).fetchone()
+        return None if row is None else R.to_run(row)
 
     def _locked_run(self, cur: Any, run_id: str) -> Run | None:
         """The run row, locked until commit (the first lock of every run-scoped write)."""
-        return self._lock_run(cur, run_id)()
-
-    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
-        """Lock the run row until commit and read it (queued inside ``_pipelined()``: the statements queued
-        after it run once the lock is held); call the result for the run. Every run lock goes through here."""
         d = self.dialect
-        handle = self._query(
+        row = self._exec(
             cur,
             f"SELECT {R.RUN_COLUMNS} FROM kit_runs{d.lock_hint} WHERE tenant_id = ? AND run_id = ?{d.lock_rows}",
             (self.tenant_id, run_id),
-        )
-        return first_row(handle, R.to_run)
+        ).fetchone()
+        return None if row is None else R.to_run(row)
 
     def _make_runnable(self, cur: Any, run: Run, now: int) -> None:
         """Input arrived: a blocked (or later-waking) run runs now; a running one is marked."""
@@ -329,21 +309,3 @@ class SqlPlumbing:
         if not self.run_fenced(run, claim, now):
             return Outcome.CLAIM_LOST
         return None
-
-
-def first_row(handle: Any, convert: Callable[[Any], T]) -> Callable[[], T | None]:
-    """The first row of a statement's result (``handle``: queued or read), converted, or None; read on the
-    first call only."""
-    return once(lambda: (None if (row := handle.fetchone()) is None else convert(row)))
-
-
-def once(read: Callable[[], T]) -> Callable[[], T]:
-    """``read``, evaluated on the first call only (a queued result is read once, then remembered)."""
-    done: list[T] = []
-
-    def value() -> T:
-        if not done:
-            done.append(read())
-        return done[0]
-
-    return value

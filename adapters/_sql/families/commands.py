@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from adapters._sql import rows as R
-from adapters._sql.families._base import SqlPlumbing, first_row
+from adapters._sql.families._base import SqlPlumbing
 from kit.clock import from_micros, to_micros
 from kit.contract import validation as v
 from kit.contract.entities import (
@@ -77,19 +77,15 @@ class CommandSql(SqlPlumbing):
         return self._write(claim)
 
     def _locked_command(self, cur: Any, command_id: str) -> Command | None:
-        return self._lock_command(cur, command_id)()
-
-    def _lock_command(self, cur: Any, command_id: str) -> Callable[[], Command | None]:
-        """Lock the command row until commit and read it (queued inside ``_pipelined()``); call the result."""
         if not command_id.isdigit():
-            return lambda: None
+            return None
         d = self.dialect
-        handle = self._query(
+        row = self._exec(
             cur,
             f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands{d.lock_hint} WHERE tenant_id = ? AND command_id = ?{d.lock_rows}",
             (self.tenant_id, int(command_id)),
-        )
-        return first_row(handle, R.to_command)
+        ).fetchone()
+        return None if row is None else R.to_command(row)
 
     def command_fenced(self, command: Command, claim: CommandClaim, now: int) -> bool:
         return (
@@ -101,13 +97,10 @@ class CommandSql(SqlPlumbing):
         )
 
     def _fenced_command(self, cur: Any, claim: CommandClaim) -> tuple[Run | None, Command | None, int, Outcome | None]:
-        """Lock the run, then the command (the one lock order), read the clock, and apply the fence: one
-        round trip where the dialect pipelines."""
-        with self._pipelined():
-            locked_run = self._lock_run(cur, claim.run_id)
-            locked_command = self._lock_command(cur, claim.command_id)
-            clock = self._clock(cur)
-        run, command, now = locked_run(), locked_command(), clock()
+        """Lock the run, then the command (the one lock order), and apply the fence."""
+        run = self._locked_run(cur, claim.run_id)
+        command = self._locked_command(cur, claim.command_id)
+        now = self._now_us(cur)
         if command is None or command.run_id != claim.run_id:
             return run, None, now, Outcome.NOT_FOUND
         if command.status.terminal:
@@ -140,15 +133,14 @@ class CommandSql(SqlPlumbing):
             run, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            with self._pipelined():  # the writes in one round trip
-                self._exec(
-                    cur,
-                    "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
-                    "WHERE tenant_id = ? AND command_id = ?",
-                    (text, self.tenant_id, int(claim.command_id)),
-                )
-                if run is not None:
-                    self._make_runnable(cur, run, now)
+            self._exec(
+                cur,
+                "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
+                "WHERE tenant_id = ? AND command_id = ?",
+                (text, self.tenant_id, int(claim.command_id)),
+            )
+            if run is not None:
+                self._make_runnable(cur, run, now)
             return Outcome.COMPLETED
 
         return self._write(complete)
@@ -177,15 +169,14 @@ class CommandSql(SqlPlumbing):
                     (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
                 )
                 return Outcome.RETRY_SCHEDULED
-            with self._pipelined():  # the writes in one round trip
-                self._exec(
-                    cur,
-                    "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
-                    "WHERE tenant_id = ? AND command_id = ?",
-                    (text, self.tenant_id, int(claim.command_id)),
-                )
-                if run is not None:
-                    self._make_runnable(cur, run, now)
+            self._exec(
+                cur,
+                "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
+                "WHERE tenant_id = ? AND command_id = ?",
+                (text, self.tenant_id, int(claim.command_id)),
+            )
+            if run is not None:
+                self._make_runnable(cur, run, now)
             return Outcome.FAILED
 
         return self._write(fail)

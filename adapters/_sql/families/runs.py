@@ -44,14 +44,11 @@ class RunSql(SqlPlumbing):
         input_text = v.encode_json(input)
 
         def start(cur: Any) -> StartResult:
-            with self._pipelined():  # the idempotency key, the definition and the clock: one round trip
-                by_key = None if idempotency_key is None else self._read_run_by_key(cur, idempotency_key)
-                read_definition = self._read_definition(cur, definition.name, definition.version)
-                clock = self._clock(cur)
-            existing = None if by_key is None else by_key()
-            if existing is not None:
-                return StartResult(existing, created=False)
-            stored = read_definition()
+            if idempotency_key is not None:
+                existing = self._run_by_key(cur, idempotency_key)
+                if existing is not None:
+                    return StartResult(existing, created=False)
+            stored = self._definition(cur, definition.name, definition.version)
             if stored is None:
                 raise DefinitionNotFound(
                     f"definition {definition.name!r} version {definition.version!r} is unknown: "
@@ -63,7 +60,7 @@ class RunSql(SqlPlumbing):
                     f"digest {stored.digest[:12]}..., not {definition.digest[:12]}...: register the "
                     "changed body under a new version"
                 )
-            now = clock()
+            now = self._now_us(cur)
             inserted = self.dialect.insert_if_absent(
                 cur,
                 "kit_runs",
