@@ -61,25 +61,33 @@ def _claimed_with_a_result(store: Storage) -> tuple[Any, Snapshot]:
     return claim, snapshot
 
 
-def test_a_snapshot_takes_two_round_trips_and_a_commit_four(server: Backend) -> None:
+@pytest.fixture
+def counted(server: Backend) -> Iterator[tuple[Storage, RecordingBackend]]:
+    """A migrated store (test clock) on a fresh database of ``server``, dropped afterwards, whose round trips
+    are counted."""
     recording = RecordingBackend(server)
     database = recording.provision()
     try:
         store = database.open("t", clock=ClockMode.TEST)
         try:
             store.migrate()
-            claim, snapshot = _claimed_with_a_result(store)
-            before = recording.round_trips
-            assert isinstance(store.load_claimed(claim), Snapshot)
-            read = recording.round_trips - before
-            before = recording.round_trips
-            assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
-            committed = recording.round_trips - before
+            yield store, recording
         finally:
             store.close()
     finally:
         recording.stop()
         database.drop()
+
+
+def test_a_snapshot_takes_two_round_trips_and_a_commit_four(counted: tuple[Storage, RecordingBackend]) -> None:
+    store, recording = counted
+    claim, snapshot = _claimed_with_a_result(store)
+    before = recording.round_trips
+    assert isinstance(store.load_claimed(claim), Snapshot)
+    read = recording.round_trips - before
+    before = recording.round_trips
+    assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
+    committed = recording.round_trips - before
     assert read <= 2, f"the snapshot took {read} round trips (its reads in one, then the COMMIT)"
     assert committed <= 4, f"the commit took {committed} round trips (lock, reads, writes, COMMIT)"
 
@@ -104,23 +112,17 @@ class _FailingWrite:
         del store._exec
 
 
-def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(server: Backend) -> None:
-    database = server.provision()
-    try:
-        store = database.open("t", clock=ClockMode.TEST)
-        try:
-            store.migrate()
-            claim, snapshot = _claimed_with_a_result(store)
-            before = store.export_state()
-            _FailingWrite.install(store)
-            with pytest.raises(StorageError):
-                store.commit_decision(claim, claim.revision, _decision(snapshot))
-            _FailingWrite.remove(store)
-            assert store.export_state() == before, "a commit that failed half-way left rows behind"
-            assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
-            history = store.get_history("r")
-            assert [e.seq for e in history] == list(range(1, len(history) + 1))
-        finally:
-            store.close()
-    finally:
-        database.drop()
+def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(
+    counted: tuple[Storage, RecordingBackend],
+) -> None:
+    store, _ = counted
+    claim, snapshot = _claimed_with_a_result(store)
+    before = store.export_state()
+    _FailingWrite.install(store)
+    with pytest.raises(StorageError):
+        store.commit_decision(claim, claim.revision, _decision(snapshot))
+    _FailingWrite.remove(store)
+    assert store.export_state() == before, "a commit that failed half-way left rows behind"
+    assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
+    history = store.get_history("r")
+    assert [e.seq for e in history] == list(range(1, len(history) + 1))
