@@ -264,28 +264,31 @@ class PostgresStore(SqlStore):
             self.dialect.lock_migrations(self._cur)
             super().install_test_clock()
 
+    def _clock_cte(self) -> str:
+        """``WITH clock``: the store clock read once, at the start of the claim's one statement (so the claim
+        needs no round trip of its own to read it); :data:`_NOW` is its value."""
+        return f"WITH clock AS MATERIALIZED (SELECT {self._now_sql} AS now_us)"
+
     def claim_runs(self, worker_id: str, lease: timedelta, limit: int = 1) -> list[RunClaim]:
+        """One statement (the clock folded in), sent with the BEGIN; then the COMMIT."""
         lease_us, limit = v.check_claim(worker_id, lease, limit)
 
         def claim(cur: Any) -> list[RunClaim]:
-            now = self._now_us(cur)
-            expires = now + lease_us
             picked = self._candidates(
-                "kit_runs", "run_id", "tenant_id = ? AND due_at <= ?", "due_at, run_id", limit
+                "kit_runs", "run_id", f"tenant_id = ? AND due_at <= {_NOW}", "due_at, run_id", limit
             )
             rows = self._exec(
                 cur,
-                "UPDATE kit_runs AS r SET status = 'running', claim_owner = ?, "
-                "claim_generation = r.claim_generation + 1, claim_expires_at = ?, due_at = ?, "
-                "wake_at = NULL, wakeup_pending = 0, updated_at = ? "
+                f"{self._clock_cte()} UPDATE kit_runs AS r SET status = 'running', claim_owner = ?, "
+                f"claim_generation = r.claim_generation + 1, claim_expires_at = {_NOW} + ?, "
+                f"due_at = {_NOW} + ?, wake_at = NULL, wakeup_pending = 0, updated_at = {_NOW} "
                 f"FROM {_once(picked)} WHERE r.tenant_id = ? AND r.run_id = picked.id "
-                "RETURNING r.run_id, r.claim_generation, r.revision, picked.position",
-                (worker_id, expires, expires, now, self.tenant_id, now, self.tenant_id),
+                "RETURNING r.run_id, r.claim_generation, r.revision, picked.position, r.claim_expires_at",
+                (worker_id, lease_us, lease_us, self.tenant_id, self.tenant_id),
             ).fetchall()
             _check_batch(rows, limit)
             rows.sort(key=lambda r: int(r[3]))  # the candidates' (due_at, run_id) order
-            at = from_micros(expires)
-            return [RunClaim(r[0], worker_id, int(r[1]), at, int(r[2])) for r in rows]
+            return [RunClaim(r[0], worker_id, int(r[1]), from_micros(int(r[4])), int(r[2])) for r in rows]
 
         return self._write(claim)
 
@@ -302,35 +305,36 @@ class PostgresStore(SqlStore):
             return []
 
         def claim(cur: Any) -> list[CommandClaim]:
-            now = self._now_us(cur)
-            expires = now + lease_us
-            where, params = "tenant_id = ? AND due_at <= ?", [self.tenant_id, now]
+            where, params = f"tenant_id = ? AND due_at <= {_NOW}", [self.tenant_id]
             if queue_list is not None:
                 where += f" AND queue IN {self._in(queue_list)}"
                 params.extend(queue_list)
             picked = self._candidates("kit_commands", "command_id", where, "due_at, command_id", limit)
             rows = self._exec(
                 cur,
-                "UPDATE kit_commands AS c SET status = 'claimed', attempt = c.attempt + 1, claim_owner = ?, "
-                "claim_generation = c.claim_generation + 1, claim_expires_at = ?, due_at = ? "
-                f"FROM {_once(picked)} WHERE c.tenant_id = ? AND c.command_id = picked.id "
+                f"{self._clock_cte()} UPDATE kit_commands AS c SET status = 'claimed', attempt = c.attempt + 1, "
+                f"claim_owner = ?, claim_generation = c.claim_generation + 1, claim_expires_at = {_NOW} + ?, "
+                f"due_at = {_NOW} + ? FROM {_once(picked)} WHERE c.tenant_id = ? AND c.command_id = picked.id "
                 f"RETURNING {_COMMAND_RETURNING}, picked.position",
-                (worker_id, expires, expires, *params, self.tenant_id),
+                (worker_id, lease_us, lease_us, *params, self.tenant_id),
             ).fetchall()
             _check_batch(rows, limit)
             rows.sort(key=lambda r: int(r[-1]))  # the candidates' (due_at, command_id) order
-            at = from_micros(expires)
             claims = []
             for row in rows:
                 c = R.to_command(row[:-1])
+                assert c.claim_expires_at is not None
                 claims.append(
-                    CommandClaim(c.command_id, c.run_id, worker_id, c.claim_generation, at, c.attempt,
-                                 c.name, c.queue, c.input, c.operation_key)
+                    CommandClaim(c.command_id, c.run_id, worker_id, c.claim_generation, c.claim_expires_at,
+                                 c.attempt, c.name, c.queue, c.input, c.operation_key)
                 )
             return claims
 
         return self._write(claim)
 
+
+_NOW = "(SELECT now_us FROM clock)"
+"""The store clock inside a claim statement (see ``PostgresStore._clock_cte``)."""
 
 _COMMAND_RETURNING = ", ".join(f"c.{column.strip()}" for column in R.COMMAND_COLUMNS.split(","))
 

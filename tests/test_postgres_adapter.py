@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -20,9 +21,13 @@ from adapters._postgres_connect import connect_params
 from kit.conformance import LEASE
 from kit.contract import (
     BackendUnavailable,
+    ClockMode,
     ConfigurationError,
     ConnectionLost,
+    Decision,
     LockTimeout,
+    NewCommand,
+    RunStatus,
     StorageError,
     TransientError,
     digest_of,
@@ -234,3 +239,29 @@ def test_a_blocked_lock_wait_errors_after_lock_timeout(database: Any) -> None:
     finally:
         holder.close()
         waiter.close()
+
+
+@pytest.mark.parametrize("what", ["runs", "commands"])
+def test_a_claim_reads_the_store_clock_inside_its_one_statement(database: Any, what: str) -> None:
+    """A claim is its BEGIN and one statement (the store clock read inside it), then its COMMIT; the lease
+    it hands out is measured on that clock, and a claim at any later clock instant sees what is due then."""
+    seen: list[str] = []
+    store = database.open("t", clock=ClockMode.TEST, statement_hook=seen.append)
+    try:
+        store.migrate()
+        ref = store.ensure_definition("wf", "1", digest_of(b"wf"), b"wf").ref
+        store.start_run("r", ref)
+        if what == "commands":
+            run_claim = store.claim_runs("w", LEASE)[0]
+            store.commit_decision(run_claim, run_claim.revision,
+                                  Decision(RunStatus.PENDING, commands=(NewCommand("op", "c", {}),)))
+        store.advance_test_clock(timedelta(seconds=7))
+        now = store.now()
+        seen.clear()
+        claims = store.claim_runs("w", LEASE) if what == "runs" else store.claim_commands("w", LEASE)
+        sent = [s for s in seen if s != "COMMITTED"]
+        assert len(claims) == 1 and claims[0].expires_at == now + LEASE, claims
+        assert len(sent) == 2 and sent[1] == "COMMIT", sent
+        assert sent[0].startswith("BEGIN") and "kit_test_clock" in sent[0], sent
+    finally:
+        store.close()
