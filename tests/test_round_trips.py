@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from kit.contract import Backend, ClockMode
+from kit.contract import Backend, ClockMode, digest_of
 from kit.pytest_plugin import use_backend
 
 
@@ -52,3 +53,33 @@ def test_a_read_with_parameters_still_starts_its_transaction_first(backend: Back
     assert statements[0].upper().startswith(("BEGIN", "SET TRANSACTION", "START TRANSACTION")), statements
     # The read follows the BEGIN: in its own statement, or folded into the BEGIN's string (MySQL).
     assert any("kit_runs" in s for s in statements), statements
+
+
+def test_resetting_a_shared_database_sends_its_writes_with_the_begin(backend: Backend) -> None:
+    """Where the dialect folds, a reset between checks is two round trips: the BEGIN with every DELETE and the
+    clock rewind, then the COMMIT (it was eight: each statement on its own). It still empties and rewinds."""
+    from kit.runtime.ceiling import RecordingBackend
+
+    if not hasattr(backend, "_connect"):
+        pytest.skip("unsupported: no server connections to count round trips on")
+    recording = RecordingBackend(backend)
+    database: Any = backend.provision()
+    try:
+        store = database.open("t", clock=ClockMode.TEST)
+        try:
+            store.migrate()
+            database.reset()  # opens the store it keeps for the next resets
+            store.advance_test_clock(timedelta(seconds=5))
+            start = store.now()
+            store.ensure_definition("wf", "1", digest_of(b"wf"), b"wf")
+            before = recording.round_trips
+            database.reset()
+            trips = recording.round_trips - before
+            assert store.now() < start and store.get_definition("wf", "1") is None, "the reset left state behind"
+        finally:
+            store.close()
+    finally:
+        recording.stop()
+        database.drop()
+    if getattr(getattr(backend, "dialect", None), "fold_begin", False):
+        assert trips == 2, f"a reset took {trips} round trips"

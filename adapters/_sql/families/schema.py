@@ -95,8 +95,9 @@ class SchemaSql(SqlPlumbing):
         self._require_test_clock()
 
         def empty(cur: Any) -> None:
-            for table in reversed(CORE_TABLES):
-                cur.execute(f"DELETE FROM {table}")
-            self._exec(cur, "UPDATE kit_test_clock SET now_us = ? WHERE id = 1", (to_micros(TEST_CLOCK_START),))
+            with self._pipelined():  # with the BEGIN, in one round trip where the dialect queues; then the COMMIT
+                for table in reversed(CORE_TABLES):
+                    self._exec(cur, f"DELETE FROM {table}")
+                self._exec(cur, "UPDATE kit_test_clock SET now_us = ? WHERE id = 1", (to_micros(TEST_CLOCK_START),))
 
         self._write(empty)
