@@ -22,6 +22,7 @@ anything):
 * ``kit check <server> --profile none`` now against before: with ``--baseline
   DIR`` the old commit's own code, else this code with one database per check
   (``KIT_DATABASE_PER_CHECK=1``), a stand-in that keeps every other speed-up;
+  the median of ``--check-rounds`` alternating rounds' ratios;
 * peak memory of checking a 10x longer stress run against a 1x run (each in a
   fresh process, :mod:`kit.workload.bench`);
 * the reference fault machine's examples per second on SQLite (quick profile,
@@ -34,7 +35,8 @@ anything):
   seed by seed.
 
     python -m kit.runtime.bench [BACKEND...] [--runs 200] [--rounds 3] [--skip-checks] [--skip-stress]
-                                [--skip-scaling] [--skip-machines] [--baseline DIR] [--machine-seeds 2]
+                                [--skip-scaling] [--skip-machines] [--baseline DIR] [--check-rounds 3]
+                                [--machine-seeds 2]
 """
 
 from __future__ import annotations
@@ -208,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "check; the whole state compared after every step)")
     parser.add_argument("--rounds", type=int, default=RATE_ROUNDS,
                         help="rounds of the plain workload beside the raw replay, per server backend")
+    parser.add_argument("--check-rounds", type=int, default=CHECK_ROUNDS,
+                        help="rounds of (before, now) kit check timings; the goal is the median round's ratio")
     parser.add_argument("--machine-seeds", type=int, default=2, help="seeds per side for the fault-machine figure")
     args = parser.parse_args(argv)
     console = Console(highlight=False, width=max(110, Console().width))
@@ -242,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_checks:
         for name, target in (("postgres", 0.5), ("mysql", 0.35)):
             if name in args.backends:
-                goals.append(_checks(name, target, console.print, args.baseline))
+                goals.append(_checks(name, target, console.print, args.baseline, args.check_rounds))
     if not args.skip_stress:
         ratio, detail = _stress_memory()
         goals.append(Goal("stress checking peak memory, 10x run / 1x run", ratio, 1.2, True, detail))
@@ -311,18 +315,37 @@ def _scaling(scenarios: list[Scenario], workers: int) -> Goal:
                 + ", ".join(f"{r:.2f}" for r in ratios))
 
 
-def _checks(name: str, target: float, say: Callable[[str], None], baseline: str | None = None) -> Goal:
-    """``kit check NAME --profile none`` now over before, back to back. Before: ``baseline``'s own code
-    (a checkout of the older commit), or by default this code with one database per check
-    (``KIT_DATABASE_PER_CHECK=1``), a stand-in that keeps every other speed-up made since."""
+CHECK_ROUNDS = 3
+"""Rounds of (before, now) ``kit check`` timings, the order alternating; the goal is the median round's ratio
+(one run of either side swung 5.3-7.7 s on a loaded 2-core machine)."""
+
+
+def _checks(name: str, target: float, say: Callable[[str], None], baseline: str | None = None,
+            rounds: int = CHECK_ROUNDS) -> Goal:
+    """``kit check NAME --profile none`` now over before, back to back, ``rounds`` times with the order
+    alternating; the median round's ratio. Before: ``baseline``'s own code (a checkout of the older commit),
+    or by default this code with one database per check (``KIT_DATABASE_PER_CHECK=1``), a stand-in that
+    keeps every other speed-up made since."""
     what = f"{baseline}'s code" if baseline else "one database per check"
-    say(f"timing kit check {name} --profile none: before ({what}), then now")
-    before = _check_seconds(name, per_check=baseline is None, baseline=baseline)
-    now = _check_seconds(name, per_check=False)
+    say(f"timing kit check {name} --profile none: before ({what}) and now, {rounds} rounds")
     figure = f"kit check {name} --profile none, now / before"
-    if before is None or now is None:
-        return Goal(figure, None, target, True, "a run did not pass or the backend is unreachable")
-    return Goal(figure, now / before, target, True, f"{before:.1f} s before ({what}), {now:.1f} s now")
+    befores: list[float] = []
+    nows: list[float] = []
+    for i in range(max(rounds, 1)):
+        sides = ("before", "now") if i % 2 == 0 else ("now", "before")
+        timed: dict[str, float | None] = {}
+        for side in sides:
+            timed[side] = (_check_seconds(name, per_check=baseline is None, baseline=baseline) if side == "before"
+                           else _check_seconds(name, per_check=False))
+        before, now = timed["before"], timed["now"]
+        if before is None or now is None:
+            return Goal(figure, None, target, True, "a run did not pass or the backend is unreachable")
+        befores.append(before)
+        nows.append(now)
+    ratios = [n / b for n, b in zip(nows, befores)]
+    return Goal(figure, statistics.median(ratios), target, True,
+                f"median of {len(ratios)} rounds: {statistics.median(befores):.1f} s before ({what}), "
+                f"{statistics.median(nows):.1f} s now; round ratios " + ", ".join(f"{r:.2f}" for r in ratios))
 
 
 _MACHINE_RUN = """
