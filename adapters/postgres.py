@@ -143,14 +143,21 @@ class PostgresDialect(Dialect):
         return bool(cursor.rowcount == 1)
 
     def sender(self, connection: Any, cursor: Any) -> Sender:
-        """One round trip per send: a BEGIN with one parameterless statement as one simple query (both
-        results come back), anything else in psycopg's pipeline mode (one Sync: the server runs the
-        statements in order and skips the rest after an error, which is raised here). A pipeline is
-        announced to the statement hook as one point (``HookedCursor.execute_batch``) and sent on the
-        driver's own cursors below the hook, one per statement (kept for the next sends), so that every
-        result stays readable."""
+        """One round trip per send. A single statement with no BEGIN goes on its own, parameters bound on
+        the server; a BEGIN with one parameterless statement goes as one simple query through the statement
+        hook, as it always did (so an empty transaction's ``BEGIN; COMMIT`` is one string). Anything else (a BEGIN with statements, several statements) is one simple query: the
+        statements' parameters merged in client-side by psycopg's own literal quoting
+        (``ClientCursor.mogrify``), the texts joined by ``"; "``. The server runs them in order inside the
+        open (or just begun) transaction and stops at the first that fails, whose error is raised here;
+        every statement's result comes back (``nextset``).
+
+        Why not psycopg's pipeline mode: it sends and polls once per statement, and cost 40% more client
+        CPU per batch here (about 400 against 240 us for a BEGIN and four statements), and the kit's
+        actors share one interpreter lock. A batch is announced to the statement hook as one point
+        (``HookedCursor.execute_batch``, with the placeholders, never the values) and sent on a cursor below
+        the hook."""
         raw = getattr(connection, "raw", connection)  # below the statement hook
-        spare: list[Any] = []
+        below: list[Any] = []  # the plain cursor and the quoting one, made on the first batch
 
         def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
             if len(statements) == 1 and len(begins) <= 1:
@@ -162,21 +169,26 @@ class PostgresDialect(Dialect):
                     cursor.execute(f"{begins[0]}; {sql}")
                     cursor.nextset()  # past the BEGIN's result, onto the statement's
                     return [_collect(cursor)]
-            while len(spare) < len(statements):
-                spare.append(raw.cursor())
-            cursors = spare[: len(statements)]
+            if not below:
+                below.extend((raw.cursor(), psycopg.ClientCursor(raw)))
+            plain, quoting = below
+            text = "; ".join([*begins, *(sql if params is None else quoting.mogrify(sql, params)
+                                         for sql, params in statements)])
+            count = len(begins) + len(statements)
 
-            def pipeline() -> list[Sent]:
-                with raw.pipeline():
-                    for begin in begins:
-                        cursors[0].execute(begin)  # its result is overwritten by the first statement's
-                    for each, (sql, params) in zip(cursors, statements):
-                        each.execute(sql) if params is None else each.execute(sql, params)
-                return [_collect(each) for each in cursors]
+            def run() -> list[Sent]:
+                plain.execute(text)
+                out: list[Sent] = []
+                for i in range(count):
+                    if i and not plain.nextset():
+                        raise StorageError(f"PostgreSQL answered {i} results to {count} statements")
+                    if i >= len(begins):
+                        out.append(_collect(plain))
+                return out
 
             if hasattr(cursor, "execute_batch"):
-                return cast(list[Sent], cursor.execute_batch([*begins, *(sql for sql, _ in statements)], pipeline))
-            return pipeline()
+                return cast(list[Sent], cursor.execute_batch([*begins, *(sql for sql, _ in statements)], run))
+            return run()
 
         return send
 

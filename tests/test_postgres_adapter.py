@@ -27,6 +27,8 @@ from kit.contract import (
     Decision,
     LockTimeout,
     NewCommand,
+    NewEvent,
+    Outcome,
     RunStatus,
     StorageError,
     TransientError,
@@ -263,5 +265,42 @@ def test_a_claim_reads_the_store_clock_inside_its_one_statement(database: Any, w
         assert len(claims) == 1 and claims[0].expires_at == now + LEASE, claims
         assert len(sent) == 2 and sent[1] == "COMMIT", sent
         assert sent[0].startswith("BEGIN") and "kit_test_clock" in sent[0], sent
+    finally:
+        store.close()
+
+
+SQL_LOOKING = ("it's", "''", "a'; DELETE FROM kit_runs; --", "%s", "%%", "%", "?", "$1", "$$q$$", "/* c */", "\\", "\\x00",
+               "E'\\n'", ":name", "; COMMIT", "\u00e9'\U0001f600")
+"""Text that an adapter splicing values into SQL would break, shorten or run: quotes, placeholders of every
+paramstyle, statement separators, comment and dollar-quote markers, backslash escapes."""
+
+
+def test_values_sent_in_a_batch_are_stored_verbatim(database: Any) -> None:
+    """Batched statements carry their values quoted in client-side: every key and payload that looks like SQL
+    is stored and read back exactly, each key distinct (``%%`` is not ``%``), and nothing else ran."""
+    store = database.open("t", clock=ClockMode.TEST)
+    try:
+        store.migrate()
+        ref = store.ensure_definition("wf", "1", digest_of(b"wf"), b"wf").ref
+        for i, text in enumerate(SQL_LOOKING):
+            assert store.start_run(text, ref, {"text": text, "i": i}, idempotency_key=f"k{text}").created
+        assert sorted(r.run_id for r in store.list_runs(limit=100)) == sorted(SQL_LOOKING)
+        for i, text in enumerate(SQL_LOOKING):
+            run = store.get_run(text)
+            assert run is not None and run.input == {"text": text, "i": i}, (text, run)
+        claim = next(c for c in store.claim_runs("w", LEASE, limit=len(SQL_LOOKING)) if c.run_id == "it's")
+        decision = Decision(
+            RunStatus.BLOCKED,
+            events=tuple(NewEvent(text, {text: text}, operation_key=text) for text in SQL_LOOKING),
+            commands=tuple(NewCommand(text, text, {"in": text}, queue=text) for text in SQL_LOOKING),
+        )
+        assert store.commit_decision(claim, claim.revision, decision) is Outcome.COMMITTED
+        history = store.get_history("it's")
+        assert [(e.kind, e.payload, e.operation_key) for e in history] == [(t, {t: t}, t) for t in SQL_LOOKING]
+        commands = store.list_commands("it's")
+        assert [(c.operation_key, c.name, c.queue, c.input) for c in commands] == [
+            (t, t, t, {"in": t}) for t in SQL_LOOKING
+        ]
+        assert len(store.list_runs(limit=100)) == len(SQL_LOOKING), "a value ran as SQL"
     finally:
         store.close()

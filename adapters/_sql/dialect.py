@@ -110,5 +110,5 @@ class Dialect:
     """False where DDL commits implicitly (MySQL): migrations must then be idempotent files."""
     fold_begin = False
     """True where :meth:`sender` can send a transaction's BEGIN together with its first statement, and
-    several statements in one round trip (psycopg's pipeline mode; MySQL's multi-statements): the store
+    several statements in one round trip (one multi-statement string on PostgreSQL and MySQL): the store
     then uses :class:`~adapters._sql.pipeline.StoreCursor`."""

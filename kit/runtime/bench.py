@@ -12,7 +12,7 @@ anything):
 
 * decisions/s against a raw replay of exactly the statements the kit sent, on
   one raw connection, one round trip per transaction where the driver
-  pipelines (:mod:`kit.runtime.ceiling`), on each server backend. The
+  allows (:mod:`kit.runtime.ceiling`), on each server backend. The
   statements come from a recorded run; the kit's figure from plain runs (no
   recording or counting wrapper), each beside a replay: the median of
   ``--rounds`` rounds' ratios;
@@ -151,7 +151,7 @@ def _run(backend_name: str, scenarios: list[Scenario], runs: int, workers: int, 
             failed = max(failed, replayed.failed_units)
             measured.note = (f"median of {len(measured.rates)} rounds; round ratios "
                              + ", ".join(f"{r / c:.2f}" for r, c in zip(measured.rates, measured.ceilings))
-                             + f"; each replay: {replayed.units} transactions, {replayed.statements} statements")
+                             + f"; each replay: {replayed.units} transactions, {replayed.statements} statement strings")
             if replayed.failed_units:
                 measured.note += f"; {replayed.failed_units} failed on replay (first: {replayed.first_failure})"
         return measured

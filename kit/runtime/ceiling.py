@@ -7,7 +7,7 @@ its parameters, grouped into transactions (``BEGIN``/``START TRANSACTION`` ...
 numbered in the order they ended, which is an order the database itself
 serialised them in. :func:`replay` then runs every unit, in that order, on one
 raw connection to a fresh database of the same server, with no kit code in the
-loop: the time it takes is what the same work costs the database and the driver,
+loop, each unit in one round trip where the driver allows it: the time it takes is what the same work costs the database and the driver,
 the ceiling the kit's decisions per second are compared with.
 
 A replayed statement may fail where the original did not (a claim that skipped
@@ -177,24 +177,26 @@ class Replay:
 
 def replay(backend: Any, units: Sequence[Sequence[Statement]]) -> Replay:
     """Replay ``units`` in order on one raw connection to a fresh database of ``backend``
-    (``backend`` unwrapped: its ``_connect`` is the plain one), then drop that database."""
+    (``backend`` unwrapped: its ``_connect`` is the plain one), then drop that database.
+
+    Each unit is one round trip where the driver allows: on psycopg the unit's statements, their parameters
+    merged in by psycopg's own quoting, as one simple query (the cheapest way the driver has to send them);
+    elsewhere statement by statement."""
     database = backend.provision()
     result = Replay(units=len(units))
     try:
         connection = backend._connect(database.namespace)
         cursor = connection.cursor()
-        pipelined = hasattr(connection, "pipeline")  # psycopg: one round trip per unit
+        quoting = _psycopg_quoting(connection)
         started = time.perf_counter()
         for unit in units:
-            statements = [part for sql, params in unit for part in _split(sql, params, pipelined)]
-            result.statements += len(statements)
+            result.statements += len(unit)
             try:
-                if pipelined:
-                    with connection.pipeline():
-                        for sql, params in statements:
-                            cursor.execute(sql, params)
+                if quoting is not None:
+                    cursor.execute("; ".join(sql if params is None else quoting.mogrify(sql, params)
+                                             for sql, params in unit))
                 else:
-                    for sql, params in statements:
+                    for sql, params in unit:
                         cursor.execute(sql) if params is None else cursor.execute(sql, params)
             except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
                 result.failed_units += 1
@@ -208,10 +210,10 @@ def replay(backend: Any, units: Sequence[Sequence[Statement]]) -> Replay:
     return result
 
 
-def _split(sql: str, params: Any, pipelined: bool) -> list[Statement]:
-    """The statement as the replay sends it: a BEGIN folded with its first statement is two in a
-    pipeline (which takes one statement per query, and still sends both in one round trip)."""
-    if pipelined and params is None and sql.lstrip().upper().startswith("BEGIN") and "; " in sql:
-        begin, rest = sql.split("; ", 1)
-        return [(begin, None), (rest, None)]
-    return [(sql, params)]
+def _psycopg_quoting(connection: Any) -> Any:
+    """A psycopg ``ClientCursor`` on ``connection`` (for its ``mogrify``), or None for another driver."""
+    if not hasattr(connection, "pipeline"):
+        return None
+    import psycopg
+
+    return psycopg.ClientCursor(connection)
