@@ -145,9 +145,10 @@ class PostgresDialect(Dialect):
     def sender(self, connection: Any, cursor: Any) -> Sender:
         """One round trip per send. A single statement with no BEGIN goes on its own, parameters bound on
         the server; a BEGIN with one parameterless statement goes as one simple query through the statement
-        hook, as it always did (so an empty transaction's ``BEGIN; COMMIT`` is one string). Anything else (a BEGIN with statements, several statements) is one simple query: the
-        statements' parameters merged in client-side by psycopg's own literal quoting
-        (``ClientCursor.mogrify``), the texts joined by ``"; "``. The server runs them in order inside the
+        hook, as it always did (so an empty transaction's ``BEGIN; COMMIT`` is one string). Anything else
+        (a BEGIN with statements, several statements) is one simple query: the statements' parameters
+        merged in client-side by psycopg's own literal quoting (``ClientCursor.mogrify``), the texts joined
+        by ``"; "``. The server runs them in order inside the
         open (or just begun) transaction and stops at the first that fails, whose error is raised here;
         every statement's result comes back (``nextset``).
 
