@@ -246,7 +246,7 @@ def test_a_blocked_lock_wait_errors_after_lock_timeout(database: Any) -> None:
 @pytest.mark.parametrize("what", ["runs", "commands"])
 def test_a_claim_reads_the_store_clock_inside_its_one_statement(database: Any, what: str) -> None:
     """A claim is its BEGIN and one statement (the store clock read inside it), then its COMMIT; the lease
-    it hands out is measured on that clock, and a claim at any later clock instant sees what is due then."""
+    it hands out is measured on that clock (here moved 7 s on before the claim)."""
     seen: list[str] = []
     store = database.open("t", clock=ClockMode.TEST, statement_hook=seen.append)
     try:
@@ -269,8 +269,10 @@ def test_a_claim_reads_the_store_clock_inside_its_one_statement(database: Any, w
         store.close()
 
 
-SQL_LOOKING = ("it's", "''", "a'; DELETE FROM kit_runs; --", "%s", "%%", "%", "?", "$1", "$$q$$", "/* c */", "\\", "\\x00",
-               "E'\\n'", ":name", "; COMMIT", "\u00e9'\U0001f600")
+SQL_LOOKING = (
+    "it's", "''", "a'; DELETE FROM kit_runs; --", "%s", "%%", "%", "?", "$1", "$$q$$", "/* c */", "\\", "\\x00",
+    "E'\\n'", ":name", "; COMMIT", "\u00e9'\U0001f600",
+)
 """Text that an adapter splicing values into SQL would break, shorten or run: quotes, placeholders of every
 paramstyle, statement separators, comment and dollar-quote markers, backslash escapes."""
 

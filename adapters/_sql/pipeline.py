@@ -7,9 +7,10 @@
 * Inside :meth:`StoreCursor.batching` (the store's ``_pipelined()``), ``execute`` only queues:
   the queue is sent in one round trip where the driver can (one multi-statement string:
   on PostgreSQL with the parameters quoted in by psycopg, on MySQL by PyMySQL), in order,
-  when a result of any queued statement is read, when the block ends, or before any statement sent outside the queue. The server runs them in
-  the order they were queued, in the open transaction, so every lock and every read happens in
-  the same order as one statement at a time would have them.
+  when a result of any queued statement is read, when the block ends, or before any
+  statement sent outside the queue. The server runs them in the order they were queued, in
+  the open transaction, so every lock and every read happens in the same order as one
+  statement at a time would have them.
 * A queued statement that fails raises when the queue is sent, before anything after it runs
   (PostgreSQL and MySQL both stop a multi-statement string at the first failed
   statement), inside the operation's transaction, which the store then rolls back whole. A

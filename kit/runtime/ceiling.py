@@ -7,8 +7,8 @@ its parameters, grouped into transactions (``BEGIN``/``START TRANSACTION`` ...
 numbered in the order they ended, which is an order the database itself
 serialised them in. :func:`replay` then runs every unit, in that order, on one
 raw connection to a fresh database of the same server, with no kit code in the
-loop, each unit in one round trip where the driver allows it: the time it takes is what the same work costs the database and the driver,
-the ceiling the kit's decisions per second are compared with.
+loop, each unit in one round trip where the driver allows it: the time it takes
+is what the same work costs the database and the driver, the ceiling the kit's decisions per second are compared with.
 
 A replayed statement may fail where the original did not (a claim that skipped
 a row locked at the time takes it now, say); its unit is rolled back and counted,
