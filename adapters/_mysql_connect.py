@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import weakref
 from typing import Any
 
 import pymysql
@@ -34,6 +35,7 @@ __all__ = [
     "error_code",
     "probe",
     "server_version",
+    "session_id",
     "start_container",
 ]
 
@@ -119,6 +121,19 @@ def connect_params(url: str) -> dict[str, Any]:
     return params
 
 
+_SESSION_SETUP = (
+    f"{WRITE_ISOLATION}; "
+    f"SET SESSION time_zone = '+00:00', SESSION sql_mode = '{SQL_MODE}', "
+    f"SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}, SESSION lock_wait_timeout = {METADATA_LOCK_WAIT_S}; "
+    "SELECT CONNECTION_ID()"
+)
+"""Every session's settings and its id, as one multi-statement string. The id is asked of the server
+(not taken from the handshake), so a KILL aims at the session the server itself names."""
+
+_SESSION_IDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""CONNECTION_ID() of each live connection :func:`connect` made."""
+
+
 def connect(params: dict[str, Any], database: str | None, *, found_rows: bool = True) -> Any:
     """A new autocommit PyMySQL connection with the kit's session settings."""
     wants_tls = "ssl" in params or any(key in params for key in (*_URL_PATHS[1:], *_URL_FLAGS))
@@ -138,16 +153,25 @@ def connect(params: dict[str, Any], database: str | None, *, found_rows: bool = 
     )
     try:
         with conn.cursor() as cur:
-            cur.execute(WRITE_ISOLATION)
-            cur.execute(
-                f"SET SESSION time_zone = '+00:00', SESSION sql_mode = '{SQL_MODE}', "
-                f"SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}, "
-                f"SESSION lock_wait_timeout = {METADATA_LOCK_WAIT_S}"
-            )
+            cur.execute(_SESSION_SETUP)  # one round trip: the settings, then the session's id
+            row = None
+            while cur.nextset():  # the last result is CONNECTION_ID()'s row
+                row = cur.fetchone()
+            if row is None:
+                raise pymysql.err.InterfaceError("the server answered no CONNECTION_ID() to the session setup")
+            _SESSION_IDS[conn] = int(row[0])
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def session_id(conn: Any) -> int:
+    """The server's ``CONNECTION_ID()`` of a connection :func:`connect` made (read when it connected)."""
+    try:
+        return _SESSION_IDS[conn]
+    except (KeyError, TypeError):  # TypeError: not even weak-referenceable
+        raise ValueError("this connection was not made by adapters._mysql_connect.connect()") from None
 
 
 def server_version(conn: Any) -> tuple[str, tuple[int, ...]]:

@@ -107,6 +107,7 @@ from adapters._mysql_connect import (
     error_code,
     probe,
     server_version,
+    session_id,
     start_container,
 )
 from adapters._server import SERVER_CAPABILITIES, ServerBackend
@@ -320,9 +321,7 @@ class MysqlBackend(ServerBackend):
         return [str(row[0]) for row in cursor.fetchall()]
 
     def _session_id(self, connection: Any) -> int:
-        with connection.cursor() as cur:
-            cur.execute("SELECT CONNECTION_ID()")
-            return int(cur.fetchone()[0])
+        return session_id(connection)  # read in the connect's one setup round trip
 
     def _kill(self, cursor: Any, session_id: Any) -> None:
         """``KILL CONNECTION``, then wait until the session is gone (its rollback done)."""

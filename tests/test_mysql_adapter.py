@@ -347,6 +347,38 @@ def test_migration_reruns_after_failing_at_any_statement(open_store: Callable[..
     assert point > 8, f"migrate() went through only {point - 1} statements"
 
 
+def test_a_session_is_set_up_in_one_round_trip_and_knows_its_server_id(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the handshake and PyMySQL's own SET NAMES, a connection's settings and its CONNECTION_ID() cost one
+    round trip together (they were three), and the id kept is the one the server names."""
+    sent: list[str] = []
+    query = pymysql.connections.Connection.query
+
+    def counting(self: Any, sql: Any, unbuffered: bool = False) -> Any:
+        sent.append(sql if isinstance(sql, str) else sql.decode())
+        return query(self, sql, unbuffered)
+
+    monkeypatch.setattr(pymysql.connections.Connection, "query", counting)
+    conn = mc.connect(mc.connect_params(backend.handle.url), None)  # type: ignore[attr-defined]
+    try:
+        assert len(sent) == 1, f"the session setup took {len(sent)} round trips: {sent}"
+        monkeypatch.setattr(pymysql.connections.Connection, "query", query)
+        with conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID(), @@session.time_zone, @@session.lock_wait_timeout")
+            server_id, zone, metadata_wait = cur.fetchone()
+            cur.execute("SELECT @@session.tx_isolation" if "MariaDB" in mc.server_version(conn)[0]
+                        else "SELECT @@session.transaction_isolation")
+            isolation = cur.fetchone()[0]
+        assert mc.session_id(conn) == server_id
+        assert zone == "+00:00" and int(metadata_wait) == mc.METADATA_LOCK_WAIT_S
+        assert isolation == "READ-COMMITTED"
+    finally:
+        conn.close()
+    with pytest.raises(ValueError, match="not made by"):
+        mc.session_id(object())
+
+
 def test_killed_session_is_connection_lost(open_store: Callable[..., Any], database: Database) -> None:
     store = open_store()
     database.kill_session(store)
