@@ -167,11 +167,14 @@ def connect(params: dict[str, Any], database: str | None, *, found_rows: bool = 
 
 
 def session_id(conn: Any) -> int:
-    """The server's ``CONNECTION_ID()`` of a connection :func:`connect` made (read when it connected)."""
+    """The server's ``CONNECTION_ID()`` of a connection: read when :func:`connect` made it, else (a
+    connection wrapped by a caller, say) asked of the server now."""
     try:
         return _SESSION_IDS[conn]
-    except (KeyError, TypeError):  # TypeError: not even weak-referenceable
-        raise ValueError("this connection was not made by adapters._mysql_connect.connect()") from None
+    except (KeyError, TypeError):  # TypeError: not weak-referenceable, so not one of ours
+        with conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            return int(cur.fetchone()[0])
 
 
 def server_version(conn: Any) -> tuple[str, tuple[int, ...]]:
