@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from adapters._sql.pipeline import Sent, Statement, StoreCursor
+from adapters._sql.pipeline import SecondStatement, Sent, Statement, StoreCursor
 
 
 class _Wire:
@@ -93,3 +93,27 @@ def test_a_batch_is_one_hook_point_before_it_is_sent_and_never_carries_a_commit(
     assert counter.count == 3, "the counter counts each statement of a batch"
     with pytest.raises(ValueError, match="never batched"):
         cursor.execute_batch(["UPDATE t", "COMMIT"], lambda: None)
+
+
+def test_a_block_alone_sends_one_statement_and_refuses_a_second_before_sending_it() -> None:
+    wire, driver = _Wire(), _Driver()
+    cursor = StoreCursor(driver, wire)
+    with cursor.alone():
+        cursor.execute("S1")
+        with pytest.raises(SecondStatement):
+            cursor.execute("S2")
+    assert driver.executed == ["S1"] and wire.sends == []
+    with cursor.alone(), pytest.raises(SecondStatement), cursor.batching():  # queued, then refused:
+        cursor.execute("S3")                                                  # nothing of either is sent
+        cursor.execute("S4")
+    assert driver.executed == ["S1"] and wire.sends == []
+    cursor.execute("S5")
+    cursor.execute("S6")  # outside the block: no limit
+    assert driver.executed == ["S1", "S5", "S6"]
+
+
+def test_a_block_alone_is_refused_inside_an_open_transaction() -> None:
+    cursor = StoreCursor(_Driver(), _Wire())
+    cursor.pending = ("BEGIN",)
+    with pytest.raises(RuntimeError, match="open transaction"), cursor.alone():
+        pass

@@ -18,6 +18,8 @@
 * Reading a result (``fetchone``, ``fetchall``, ``rowcount``, ``description``) has the DB-API
   meaning: the result of that statement (the handle ``execute`` returned), or of the cursor's
   last statement.
+* Inside :meth:`StoreCursor.alone` (a read outside any transaction) at most one statement is sent:
+  a second raises :class:`SecondStatement` before it is queued or sent.
 
 The statement hook (the fault layer, :mod:`kit.connections`) still sees every statement, just
 before it is sent.
@@ -30,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Pending", "Sender", "Sent", "Statement", "StoreCursor", "collect", "send_one_by_one"]
+__all__ = ["Pending", "SecondStatement", "Sender", "Sent", "Statement", "StoreCursor", "collect", "send_one_by_one"]
 
 Statement = tuple[str, Sequence[Any] | None]
 """(sql in the driver's paramstyle, parameters or None)."""
@@ -71,6 +73,10 @@ def send_one_by_one(cursor: Any) -> Sender:
         return out
 
     return send
+
+
+class SecondStatement(Exception):
+    """A block that may send one statement (:meth:`StoreCursor.alone`) asked for a second; nothing of it was sent."""
 
 
 class Pending:
@@ -127,6 +133,27 @@ class StoreCursor:
         self._queue: list[tuple[Statement, Pending]] = []
         self._batching = False
         self._last: Pending | None = None
+        self._alone: int | None = None
+        """Inside :meth:`alone`: how many statements the block has sent or queued (0 or 1)."""
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """A block that sends at most one statement, as it is: no BEGIN may be pending (the statement runs
+        outside any transaction). A second ``execute`` raises :class:`SecondStatement` before anything of it
+        is queued or sent; what the block queued and never sent is dropped."""
+        if self.pending is not None or self._queue:
+            raise RuntimeError("alone() inside an open transaction: its statement would join it")
+        self._alone = 0
+        try:
+            yield
+        finally:
+            self._alone = None
+
+    def _count_alone(self) -> None:
+        if self._alone is not None:
+            if self._alone:
+                raise SecondStatement("a second statement in a block that sends one")
+            self._alone = 1
 
     @contextmanager
     def batching(self) -> Iterator[None]:
@@ -143,6 +170,7 @@ class StoreCursor:
             self._queue = []  # only when the block raised: never sent, rolled back with its transaction
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        self._count_alone()
         if not self._batching and self.pending is None and not self._queue:
             self._last = None  # the common case: straight to the driver
             self._cursor.execute(sql, params) if params else self._cursor.execute(sql)
@@ -155,6 +183,7 @@ class StoreCursor:
         return handle
 
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> Any:
+        self._count_alone()
         self.flush()
         begins, self.pending = self.pending, None
         for begin in begins or ():

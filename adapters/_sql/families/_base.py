@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
-from adapters._sql.pipeline import Pending, StoreCursor, collect
+from adapters._sql.pipeline import Pending, SecondStatement, StoreCursor, collect
 from kit.clock import to_micros
 from kit.connections import ConnectionFactory
 from kit.contract import validation as v
@@ -209,6 +209,28 @@ class SqlPlumbing:
                     raise
                 time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _read_one(self, fn: Callable[[Any], T]) -> T:
+        """A read that sends one statement as a rule: where the dialect queues (``fold_begin``) and no
+        transaction is open, that statement runs alone, outside any transaction (one statement reads one
+        consistent state), so the read is one round trip, with no BEGIN or COMMIT. If ``fn`` asks for a
+        second statement after all (an override that reads more), nothing of that one is sent and ``fn``
+        runs again, whole, in a snapshot transaction (:meth:`_read`): every answer comes from one
+        snapshot either way."""
+        cur = self._cur
+        if self._depth or not isinstance(cur, StoreCursor):
+            return self._read(fn)
+        self._check_open()
+        try:
+            with cur.alone():
+                return fn(cur)
+        except SecondStatement:
+            return self._read(fn)
+        except self.dialect.driver_errors as exc:
+            translated = self._translate(exc)
+            if isinstance(translated, TransientError):
+                return self._read(fn)  # which retries as every read does
+            raise translated from exc
 
     def _now_us(self, cur: Any) -> int:
         return self._clock_value(self._exec(cur, f"SELECT {self._now_sql}").fetchone())

@@ -15,7 +15,7 @@ class ClockSql(SqlPlumbing):
     """The store clock: the server's own time, or the kit's single-row test clock."""
 
     def now(self) -> datetime:
-        return from_micros(self._read(self._now_us))
+        return from_micros(self._read_one(self._now_us))
 
     def install_test_clock(self) -> None:
         """Create and seed the kit's test-clock table (test mode only; never in migrations)."""

@@ -193,10 +193,10 @@ class CommandSql(SqlPlumbing):
             ).fetchone()
             return None if row is None else R.to_command(row)
 
-        return self._read(get)
+        return self._read_one(get)
 
     def list_commands(self, run_id: str) -> list[Command]:
-        return self._read(lambda cur: [R.to_command(r) for r in self._exec(
+        return self._read_one(lambda cur: [R.to_command(r) for r in self._exec(
             cur,
             f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands WHERE tenant_id = ? AND run_id = ? ORDER BY command_id",
             (self.tenant_id, run_id),

@@ -37,7 +37,7 @@ class DefinitionSql(SqlPlumbing):
         return self._write(ensure)
 
     def get_definition(self, name: str, version: str) -> Definition | None:
-        return self._read(lambda cur: self._definition(cur, name, version))
+        return self._read_one(lambda cur: self._definition(cur, name, version))
 
     def list_definition_versions(self, name: str) -> list[Definition]:
         """Plain equality on the name, then an exact comparison and a code-point sort in Python: a
@@ -52,4 +52,4 @@ class DefinitionSql(SqlPlumbing):
             found = [R.to_definition(row) for row in rows]
             return sorted((d for d in found if d.name == name), key=lambda d: d.version)
 
-        return self._read(versions)
+        return self._read_one(versions)

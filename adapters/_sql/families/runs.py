@@ -92,7 +92,7 @@ class RunSql(SqlPlumbing):
         return self._write(start)
 
     def get_run(self, run_id: str) -> Run | None:
-        return self._read(lambda cur: self._run(cur, run_id))
+        return self._read_one(lambda cur: self._run(cur, run_id))
 
     def list_runs(
         self, status: RunStatus | None = None, after: str | None = None, limit: int = 100
@@ -108,13 +108,13 @@ class RunSql(SqlPlumbing):
         sql = self.dialect.limit(
             f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE {' AND '.join(where)} ORDER BY run_id", limit
         )
-        return self._read(lambda cur: [R.to_run(r) for r in self._exec(cur, sql, params).fetchall()])
+        return self._read_one(lambda cur: [R.to_run(r) for r in self._exec(cur, sql, params).fetchall()])
 
     def get_history(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         sql = f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ? AND run_id = ? AND seq > ? ORDER BY seq"
         if limit is not None:
             sql = self.dialect.limit(sql, v.check_limit(limit))
-        return self._read(
+        return self._read_one(
             lambda cur: [R.to_event(r) for r in self._exec(cur, sql, (self.tenant_id, run_id, after_seq)).fetchall()]
         )
 

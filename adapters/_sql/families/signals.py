@@ -58,7 +58,7 @@ class SignalSql(SqlPlumbing):
         return None if row is None else R.to_signal(row)
 
     def list_signals(self, run_id: str) -> list[Signal]:
-        return self._read(lambda cur: [R.to_signal(r) for r in self._exec(
+        return self._read_one(lambda cur: [R.to_signal(r) for r in self._exec(
             cur,
             f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals WHERE tenant_id = ? AND run_id = ? ORDER BY signal_id",
             (self.tenant_id, run_id),

@@ -67,7 +67,7 @@ class TimerSql(SqlPlumbing):
         return self._write(fire)
 
     def list_timers(self, run_id: str) -> list[Timer]:
-        return self._read(lambda cur: [R.to_timer(r) for r in self._exec(
+        return self._read_one(lambda cur: [R.to_timer(r) for r in self._exec(
             cur,
             f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ? AND run_id = ? ORDER BY timer_id",
             (self.tenant_id, run_id),
