@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,17 @@ def test_the_steady_rate_leaves_out_the_start_and_the_tail() -> None:
     slow_ends = [-5.0, -4.0, -3.0, *steady, 10.0, 20.0, 30.0]  # a slow start and a long tail
     assert steady_rate(slow_ends, trim=0.1) == pytest.approx(100.0, rel=0.2)
     assert steady_rate([0.0, 1.0]) == 0.0  # too few commits to tell
+
+
+def test_timed_checks_run_with_their_bytecode_cached_in_the_bench_folder_only(tmp_path: Path) -> None:
+    """The bench's ``kit check`` runs cache their bytecode and pytest's rewritten suites in the folder it gives
+    (whatever PYTHONDONTWRITEBYTECODE says), so timed rounds measure checking rather than compiling."""
+    from kit.runtime.bench import _check_seconds
+
+    pycache = tmp_path / "pycache"
+    seconds = _check_seconds("memory", per_check=False, pycache=str(pycache))
+    assert seconds is not None, "kit check memory --profile none did not pass"
+    cached = [p.name for p in pycache.rglob("*.pyc")]
+    assert any(name.startswith("runs.") and "pytest" in name for name in cached), (
+        f"pytest's rewritten conformance modules were not cached there: {sorted(cached)[:20]}")
+    assert any(name.startswith("cli.") for name in cached), "the kit's own modules were not cached there"
