@@ -126,3 +126,26 @@ def test_a_write_failing_half_way_through_the_pipeline_leaves_nothing(
     assert store.commit_decision(claim, claim.revision, _decision(snapshot)) is Outcome.COMMITTED
     history = store.get_history("r")
     assert [e.seq for e in history] == list(range(1, len(history) + 1))
+
+
+def test_a_start_and_a_signal_queue_their_reads_and_writes(counted: tuple[Storage, RecordingBackend]) -> None:
+    """A start reads the clock with the definition (four round trips: BEGIN with both, the INSERT, the
+    read-back, the COMMIT; it was five); a signal reads the clock with its dedup lookup and sends its INSERT,
+    wake-up and read-back together (four: it was seven). What they store is unchanged."""
+    store, recording = counted
+    ref = store.ensure_definition("wf", "1", digest_of(b"b"), b"b").ref
+    before = recording.round_trips
+    started = store.start_run("r", ref, {"i": 1})
+    start_trips = recording.round_trips - before
+    before = recording.round_trips
+    receipt = store.send_signal("r", "go", {"n": 2}, "k1")
+    signal_trips = recording.round_trips - before
+    assert start_trips <= 4, f"the start took {start_trips} round trips"
+    assert signal_trips <= 4, f"the signal took {signal_trips} round trips"
+    assert started.created and started.run.input == {"i": 1}
+    assert receipt.outcome is Outcome.COMMITTED and receipt.signal is not None
+    assert receipt.signal.payload == {"n": 2} and receipt.signal.sent_at == store.now()
+    assert store.send_signal("r", "go", {"n": 3}, "k1").outcome is Outcome.DUPLICATE
+    assert [s.payload for s in store.list_signals("r")] == [{"n": 2}]
+    run = store.get_run("r")
+    assert run is not None and run.created_at == started.run.created_at == store.now()

@@ -48,7 +48,9 @@ class RunSql(SqlPlumbing):
                 existing = self._run_by_key(cur, idempotency_key)
                 if existing is not None:
                     return StartResult(existing, created=False)
-            stored = self._definition(cur, definition.name, definition.version)
+            with self._pipelined():  # the clock and the definition in one round trip where the dialect queues
+                clock = self._query(cur, f"SELECT {self._now_sql}")
+                stored = self._definition(cur, definition.name, definition.version)
             if stored is None:
                 raise DefinitionNotFound(
                     f"definition {definition.name!r} version {definition.version!r} is unknown: "
@@ -60,7 +62,7 @@ class RunSql(SqlPlumbing):
                     f"digest {stored.digest[:12]}..., not {definition.digest[:12]}...: register the "
                     "changed body under a new version"
                 )
-            now = self._now_us(cur)
+            now = self._clock_value(clock.fetchone())
             inserted = self.dialect.insert_if_absent(
                 cur,
                 "kit_runs",

@@ -28,23 +28,28 @@ class SignalSql(SqlPlumbing):
         text = v.encode_json(payload)
 
         def send(cur: Any) -> SignalReceipt:
+            """Where the dialect queues, four round trips: the run lock (with the BEGIN); the clock and the
+            dedup lookup; the INSERT, the wake-up and the read-back; the COMMIT."""
             run = self._locked_run(cur, run_id)
             if run is None:
                 return SignalReceipt(Outcome.NOT_FOUND)
-            existing = self._signal_by_key(cur, run_id, dedup_key)
+            with self._pipelined():
+                clock = self._query(cur, f"SELECT {self._now_sql}")
+                existing = self._signal_by_key(cur, run_id, dedup_key)
             if existing is not None:
                 return SignalReceipt(Outcome.DUPLICATE, existing)
             if run.status.terminal:
                 return SignalReceipt(Outcome.TERMINAL)
-            now = self._now_us(cur)
-            self._exec(
-                cur,
-                "INSERT INTO kit_signals (tenant_id, run_id, name, payload, dedup_key, status, consumed_revision, sent_at) "
-                "VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?)",
-                (self.tenant_id, run_id, name, text, dedup_key, now),
-            )
-            signal = self._signal_by_key(cur, run_id, dedup_key)
-            self._make_runnable(cur, run, now)
+            now = self._clock_value(clock.fetchone())
+            with self._pipelined():
+                self._exec(
+                    cur,
+                    "INSERT INTO kit_signals (tenant_id, run_id, name, payload, dedup_key, status, consumed_revision, "
+                    "sent_at) VALUES (?, ?, ?, ?, ?, 'pending', NULL, ?)",
+                    (self.tenant_id, run_id, name, text, dedup_key, now),
+                )
+                self._make_runnable(cur, run, now)
+                signal = self._signal_by_key(cur, run_id, dedup_key)
             return SignalReceipt(Outcome.COMMITTED, signal)
 
         return self._write(send)
