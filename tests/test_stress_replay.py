@@ -40,9 +40,11 @@ CASES = {
     ("postgres", "fence_check_then_act"): (4, 6.0),
     ("sqlite", "fence_check_then_act"): (1, 4.0),
     ("mysql", "claim_without_lock"): (1, 4.0),
-    ("mysql", "fence_check_then_act"): (9, 4.0),
+    ("mysql", "fence_check_then_act"): (12, 4.0),
 }
-"""(backend, bug) -> (seed, store-clock seconds of faults) at which deterministic mode catches it."""
+"""(backend, bug) -> (seed, store-clock seconds of faults) at which deterministic mode catches it. A schedule counts
+the points a store announces, so sending fewer statements moves its windows: MySQL's fence_check_then_act was caught
+at 1 of seeds 1-12 both before (seed 9) and after (seed 12) one-statement reads stopped sending BEGIN and COMMIT."""
 
 
 def _config(seed: int, seconds: float, mode: str = "deterministic") -> StressConfig:
