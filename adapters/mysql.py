@@ -177,6 +177,7 @@ class MysqlDialect(Dialect):
     ddl_is_transactional = False
 
     fold_begin = True  # BEGIN with the first statement; queued statements as one multi-statement string
+    clock_variable = "@kit_now"  # a claim sets it to the clock, reads it and picks what is due by it, at once
 
     def begin(self, cursor: Any, statement: str) -> None:
         for each in self.begin_statements(statement):

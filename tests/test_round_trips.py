@@ -126,3 +126,45 @@ def test_resetting_a_shared_database_sends_its_writes_with_the_begin(backend: Ba
         database.drop()
     if getattr(getattr(backend, "dialect", None), "fold_begin", False):
         assert trips == 2, f"a reset took {trips} round trips"
+
+
+def test_an_open_claim_holds_no_lock_on_the_test_clock(backend: Backend) -> None:
+    """Where claims lock rows, not the database (skip_locked), a claim reads the store clock without locking
+    it: while one is parked at its COMMIT (its candidates locked), another store advances the test clock
+    and reads its new value. A claim that read the clock with a locking read would hold the advance until
+    the claim commits, or fail it on the lock wait timeout."""
+    import threading
+
+    from kit.contract import Capability
+    from kit.faults import StatementFaults
+
+    if Capability.SKIP_LOCKED not in backend.capabilities:
+        pytest.skip("unsupported: the backend locks the whole database for a write (no skip_locked)")
+    database = backend.provision()
+    faults = StatementFaults()
+    try:
+        claimer = database.open("t", clock=ClockMode.TEST, statement_hook=faults)
+        other = database.open("t", clock=ClockMode.TEST)
+        try:
+            claimer.migrate()
+            ref = claimer.ensure_definition("wf", "1", digest_of(b"wf"), b"wf").ref
+            claimer.start_run("run-1", ref)
+            release, parked = threading.Event(), threading.Event()
+            faults.park_commit(release, timeout=60.0, parked=parked)
+            claims: list[Any] = []
+            worker = threading.Thread(target=lambda: claims.extend(claimer.claim_runs("w", timedelta(seconds=30))))
+            worker.start()
+            try:
+                assert parked.wait(30.0), "the claim never reached its COMMIT"
+                before = other.now()
+                after = other.advance_test_clock(timedelta(seconds=1))  # must not wait for the open claim
+                assert after - before == timedelta(seconds=1) and worker.is_alive()
+            finally:
+                release.set()
+                worker.join(60.0)
+            assert [c.run_id for c in claims] == ["run-1"]
+        finally:
+            claimer.close()
+            other.close()
+    finally:
+        database.drop()

@@ -112,3 +112,6 @@ class Dialect:
     """True where :meth:`sender` can send a transaction's BEGIN together with its first statement, and
     several statements in one round trip (one multi-statement string on PostgreSQL and MySQL): the store
     then uses :class:`~adapters._sql.pipeline.StoreCursor`."""
+    clock_variable: str | None = None
+    """A session variable a ``fold_begin`` dialect can set to the store clock and compare with in the
+    next statement of the same round trip (MySQL: ``@kit_now``); None where there is none."""

@@ -310,6 +310,28 @@ class SqlPlumbing:
         d = self.dialect
         return d.limit(f"SELECT {columns} FROM {table}{d.claim_hint} WHERE {where} ORDER BY {order}", count) + d.skip_locked
 
+    def _due(self, cur: Any, table: str, columns: str, order: str, count: int, extra: str = "",
+             extra_params: Sequence[Any] = ()) -> tuple[int, list[Any]]:
+        """The store clock, and the claimable rows of ``table`` due by it (``tenant_id`` is this store's,
+        ``due_at`` at most the clock, and ``extra``), oldest due first, skipping locked ones.
+
+        Where the dialect has a :attr:`~adapters._sql.dialect.Dialect.clock_variable` and queues, the clock
+        is set into it, read back, and compared with by the candidates' SELECT, all in one round trip: the
+        rows are due by exactly the clock returned. Elsewhere the clock is read first and passed."""
+        variable = self.dialect.clock_variable
+        where = f"tenant_id = ? AND due_at <= {'?' if variable is None or not self._pipelines() else variable}"
+        select = self._candidates(table, columns, where + extra, order, count)
+        if variable is None or not self._pipelines():
+            now = self._now_us(cur)
+            return now, self._exec(cur, select, (self.tenant_id, now, *extra_params)).fetchall()
+        with self._pipelined():
+            # SELECT ... INTO, not SET @v = (SELECT ...): InnoDB reads a SET's subquery with a shared lock,
+            # which would hold the test clock's row until the claim commits.
+            self._exec(cur, f"SELECT {self._now_sql} INTO {variable}")
+            clock = self._query(cur, f"SELECT {variable}")
+            found = self._query(cur, select, (self.tenant_id, *extra_params))
+        return self._clock_value(clock.fetchone()), found.fetchall()
+
     def run_fenced(self, run: Run, claim: RunClaim, now: int) -> bool:
         """The fence: same owner, same generation, and ``now`` strictly before expiry."""
         return (

@@ -38,16 +38,9 @@ class CommandSql(SqlPlumbing):
             return []
 
         def claim(cur: Any) -> list[CommandClaim]:
-            now = self._now_us(cur)
-            where, params = "tenant_id = ? AND due_at <= ?", [self.tenant_id, now]
-            if queue_list is not None:
-                where += f" AND queue IN {self._in(queue_list)}"
-                params.extend(queue_list)
-            found = self._exec(
-                cur,
-                self._candidates("kit_commands", "command_id", where, "due_at, command_id", limit),
-                params,
-            ).fetchall()
+            extra = "" if queue_list is None else f" AND queue IN {self._in(queue_list)}"
+            now, found = self._due(cur, "kit_commands", "command_id", "due_at, command_id", limit, extra,
+                                   queue_list or ())
             if not found:
                 return []
             ids = [int(r[0]) for r in found]

@@ -88,18 +88,7 @@ class DecisionSql(SqlPlumbing):
         lease_us, limit = v.check_claim(worker_id, lease, limit)
 
         def claim(cur: Any) -> list[RunClaim]:
-            now = self._now_us(cur)
-            found = self._exec(
-                cur,
-                self._candidates(
-                    "kit_runs",
-                    "run_id, claim_generation, revision",
-                    "tenant_id = ? AND due_at <= ?",
-                    "due_at, run_id",
-                    limit,
-                ),
-                (self.tenant_id, now),
-            ).fetchall()
+            now, found = self._due(cur, "kit_runs", "run_id, claim_generation, revision", "due_at, run_id", limit)
             if not found:
                 return []
             expires = now + lease_us
