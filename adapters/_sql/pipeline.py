@@ -140,7 +140,7 @@ class StoreCursor:
     def alone(self) -> Iterator[None]:
         """A block that sends at most one statement, as it is: no BEGIN may be pending (the statement runs
         outside any transaction). A second ``execute`` raises :class:`SecondStatement` before anything of it
-        is queued or sent; what the block queued and never sent is dropped."""
+        is queued or sent (a :meth:`batching` block it leaves drops the first, if still queued)."""
         if self.pending is not None or self._queue:
             raise RuntimeError("alone() inside an open transaction: its statement would join it")
         self._alone = 0

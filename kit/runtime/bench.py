@@ -352,8 +352,8 @@ def _checks(name: str, target: float, say: Callable[[str], None], baseline: str 
                 return _check_seconds(name, per_check=baseline is None, baseline=baseline, pycache=pycache)
             return _check_seconds(name, per_check=False, pycache=pycache)
 
-        cold = {side: timed(side) for side in ("before", "now")}
-        if None in cold.values():
+        cold_before, cold_now = timed("before"), timed("now")
+        if cold_before is None or cold_now is None:
             return Goal(figure, None, target, True, "a run did not pass or the backend is unreachable")
         for i in range(max(rounds, 1)):
             sides = ("before", "now") if i % 2 == 0 else ("now", "before")
@@ -364,7 +364,6 @@ def _checks(name: str, target: float, say: Callable[[str], None], baseline: str 
             befores.append(before)
             nows.append(now)
     ratios = [n / b for n, b in zip(nows, befores)]
-    cold_before, cold_now = cold["before"] or 1.0, cold["now"] or 0.0
     return Goal(figure, statistics.median(ratios), target, True,
                 f"median of {len(ratios)} rounds, bytecode cached: {statistics.median(befores):.1f} s before ({what}), "
                 f"{statistics.median(nows):.1f} s now; round ratios " + ", ".join(f"{r:.2f}" for r in ratios)

@@ -233,7 +233,12 @@ class SqlPlumbing:
             raise translated from exc
 
     def _now_us(self, cur: Any) -> int:
-        return self._clock_value(self._exec(cur, f"SELECT {self._now_sql}").fetchone())
+        return self._clock_value(self._clock(cur).fetchone())
+
+    def _clock(self, cur: Any) -> Any:
+        """The store clock's ``SELECT``, queued inside ``_pipelined()`` where the dialect queues (read its row
+        with :meth:`_clock_value`); its result stays readable after later statements either way."""
+        return self._query(cur, f"SELECT {self._now_sql}")
 
     def _clock_value(self, row: Any) -> int:
         """The store clock from the row of ``SELECT <now>``."""
@@ -318,10 +323,9 @@ class SqlPlumbing:
         Where the dialect has a :attr:`~adapters._sql.dialect.Dialect.clock_variable` and queues, the clock
         is set into it, read back, and compared with by the candidates' SELECT, all in one round trip: the
         rows are due by exactly the clock returned. Elsewhere the clock is read first and passed."""
-        variable = self.dialect.clock_variable
-        where = f"tenant_id = ? AND due_at <= {'?' if variable is None or not self._pipelines() else variable}"
-        select = self._candidates(table, columns, where + extra, order, count)
-        if variable is None or not self._pipelines():
+        variable = self.dialect.clock_variable if self._pipelines() else None
+        select = self._candidates(table, columns, f"tenant_id = ? AND due_at <= {variable or '?'}{extra}", order, count)
+        if variable is None:
             now = self._now_us(cur)
             return now, self._exec(cur, select, (self.tenant_id, now, *extra_params)).fetchall()
         with self._pipelined():

@@ -116,7 +116,7 @@ class DecisionSql(SqlPlumbing):
                 run_row = self._query(
                     cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND run_id = ?", key
                 )
-                clock = self._query(cur, f"SELECT {self._now_sql}")
+                clock = self._clock(cur)
                 history = self._query(
                     cur, f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ? AND run_id = ? ORDER BY seq",
                     key,
@@ -168,7 +168,7 @@ class DecisionSql(SqlPlumbing):
         def commit(cur: Any) -> Outcome:
             with self._pipelined():
                 run = self._locked_run(cur, claim.run_id)
-                clock = self._exec(cur, f"SELECT {self._now_sql}")
+                clock = self._clock(cur)
                 if self._pipelines():  # queued: read together with the clock (else each is read when needed)
                     self._reads = _CommitReads.queue(self, cur, claim.run_id, decision)
                 now = self._clock_value(clock.fetchone())

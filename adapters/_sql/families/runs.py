@@ -49,7 +49,7 @@ class RunSql(SqlPlumbing):
                 if existing is not None:
                     return StartResult(existing, created=False)
             with self._pipelined():  # the clock and the definition in one round trip where the dialect queues
-                clock = self._query(cur, f"SELECT {self._now_sql}")
+                clock = self._clock(cur)
                 stored = self._definition(cur, definition.name, definition.version)
             if stored is None:
                 raise DefinitionNotFound(

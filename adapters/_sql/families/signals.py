@@ -34,7 +34,7 @@ class SignalSql(SqlPlumbing):
             if run is None:
                 return SignalReceipt(Outcome.NOT_FOUND)
             with self._pipelined():
-                clock = self._query(cur, f"SELECT {self._now_sql}")
+                clock = self._clock(cur)
                 existing = self._signal_by_key(cur, run_id, dedup_key)
             if existing is not None:
                 return SignalReceipt(Outcome.DUPLICATE, existing)
