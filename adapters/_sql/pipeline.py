@@ -30,9 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Pending", "SecondStatement", "Sender", "Sent", "Statement", "StoreCursor", "collect", "send_one_by_one"]
+__all__ = [
+    "Pending", "SecondStatement", "Sender", "Sent", "Statement", "StoreCursor", "collect", "row_reader", "send_one_by_one",
+]
+
+T = TypeVar("T")
 
 Statement = tuple[str, Sequence[Any] | None]
 """(sql in the driver's paramstyle, parameters or None)."""
@@ -73,6 +77,21 @@ def send_one_by_one(cursor: Any) -> Sender:
         return out
 
     return send
+
+
+def row_reader(result: Any, convert: Callable[[Any], T]) -> Callable[[], T | None]:
+    """A function that reads ``result``'s first row (a :class:`Pending` sends its queue first, if still
+    queued) and converts it (None: no row); the same answer however often it is called, so a result can be
+    queued now and read later, by whoever needs it first."""
+    read: list[T | None] = []
+
+    def once() -> T | None:
+        if not read:
+            row = result.fetchone()
+            read.append(None if row is None else convert(row))
+        return read[0]
+
+    return once
 
 
 class SecondStatement(Exception):

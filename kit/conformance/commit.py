@@ -542,6 +542,55 @@ class CommitChecks(AreaChecks):
             assert len(a.get_history("run-1")) == events, "the duplicate's events landed twice (or not at all)"
 
     @requires(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED,
+              Capability.TEST_CLOCK, Promise.UNIT_OF_WORK, Promise.LEASES)
+    def test_a_fenced_write_judges_its_lease_on_the_clock_after_its_lock_wait(
+        self, open_store: Callable[..., Storage],
+    ) -> None:
+        """A fenced write that waits for the run's row lock judges its lease on the store clock read after the
+        wait. A unit holds lock_run() on the run, moves the test clock past every lease and is held at its
+        COMMIT until the write, on another connection, reaches its first lock; then the unit commits. The
+        write (a decision commit, a lease renewal, a command completion: each the store promises) must answer
+        claim_lost and change nothing: its lease had expired by the time it held the run. Statements are
+        counted, never timed."""
+        kinds = {"commit": True, "renew": True, "complete": self.promised(Promise.COMMANDS)}
+        for kind in (k for k, promised in kinds.items() if promised):
+            tenant = f"late-{kind}"
+            fh, fw = StatementFaults(), StatementFaults()
+            holder = open_store(tenant, statement_hook=fh)
+            writer = open_store(tenant, migrate=False, statement_hook=fw)
+            claim = self.started_and_claimed(writer)
+            write: Callable[[], object]
+            if kind == "complete":
+                assert writer.commit_decision(claim, claim.revision, Decision(
+                    self.waiting_status(), commands=(NewCommand("op-1", "do"),))) is Outcome.COMMITTED
+                (command,) = writer.claim_commands("worker", LEASE)
+                write = partial(writer.complete_command, command, {"late": True})
+            elif kind == "renew":
+                write = partial(writer.renew_run_claim, claim, LEASE)
+            else:
+                writer.load_claimed(claim)
+                write = partial(writer.commit_decision, claim, claim.revision,
+                                Decision(RunStatus.PENDING, events=(NewEvent("late"),)))
+            def observe(store: Storage = holder, commands: bool = kinds["complete"]) -> object:
+                return (store.get_run("run-1"), store.get_history("run-1"),
+                        store.list_commands("run-1") if commands else None)
+
+            before = observe()
+
+            def hold(holder: Storage = holder) -> None:
+                with holder.transaction():
+                    holder.lock_run("run-1")
+                    holder.advance_test_clock(LEASE)  # every lease taken so far has expired
+
+            (_, answered), errors = _overlap(hold, write, fh, fw)
+            assert errors == [None, None], f"a {kind} behind a held run lock raised {errors}"
+            assert answered is Outcome.CLAIM_LOST, (
+                f"a {kind} that waited for the run's lock while its lease expired answered {answered}: judge "
+                "the lease on the store clock read after taking the locks, not before them"
+            )
+            assert observe() == before, f"a refused late {kind} changed the run, its history or its commands"
+
+    @requires(Capability.CONCURRENT_CONNECTIONS, Capability.STATEMENT_FAULTS, Capability.SKIP_LOCKED,
               Promise.WAKE_ON_INPUT)
     def test_waking_write_beside_a_blocking_commit_is_not_lost(self, open_store: Callable[..., Storage]) -> None:
         """A signal, a completion, a timer firing or a cancel committed on another connection while a decision

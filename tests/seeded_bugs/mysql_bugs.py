@@ -188,15 +188,15 @@ class NextSeqBeforeRunLock(MysqlStore):
         finally:
             self._in_commit, self._early_seq = False, None
 
-    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
         if not self._in_commit:
-            return super()._locked_run(cur, run_id)
+            return super()._lock_run(cur, run_id)
         early = self._run(cur, run_id)
         row = self._exec(cur, "SELECT COALESCE(MAX(seq), 0) FROM kit_events WHERE tenant_id = ? AND run_id = ?",
                          (self.tenant_id, run_id)).fetchone()
         self._early_seq = int(row[0])
-        super()._locked_run(cur, run_id)  # the lock, taken after the reads the commit decides on
-        return early
+        super()._lock_run(cur, run_id)  # the lock, taken after the reads the commit decides on
+        return lambda: early
 
     def _append_events(self, cur: Any, run_id: str, revision: int, now: int, events: list[tuple[Any, str]]) -> None:
         seq = self._early_seq or 0
@@ -235,8 +235,11 @@ class WakingWritesReadRunUnlocked(MysqlStore):
     def fire_due_timers(self, limit: int = 100) -> list[Timer]:
         return self._unlocked(lambda: super(WakingWritesReadRunUnlocked, self).fire_due_timers(limit))
 
-    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
-        return self._run(cur, run_id) if self._waking else super()._locked_run(cur, run_id)
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
+        if not self._waking:
+            return super()._lock_run(cur, run_id)
+        run = self._run(cur, run_id)
+        return lambda: run
 
 
 MYSQL_BUGS: tuple[SeededBug, ...] = (

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
+from adapters._sql.pipeline import Pending, Sent
 from adapters.postgres import PostgresBackend, PostgresDialect, PostgresStore, discover
 from kit.clock import from_micros, to_micros
 from kit.contract import Backend, Decision, Definition, Outcome, Run, RunClaim
@@ -140,8 +141,11 @@ class CommitDecidesOnUnlockedRead(PostgresStore):
         finally:
             self._in_commit = False
 
-    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
-        return self._run(cur, run_id) if self._in_commit else super()._locked_run(cur, run_id)
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
+        if not self._in_commit:
+            return super()._lock_run(cur, run_id)
+        run = self._run(cur, run_id)
+        return lambda: run
 
 
 class WakeupMarkReadBeforeLock(PostgresStore):
@@ -157,14 +161,32 @@ class WakeupMarkReadBeforeLock(PostgresStore):
         finally:
             self._in_commit = False
 
-    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
         if not self._in_commit:
-            return super()._locked_run(cur, run_id)
+            return super()._lock_run(cur, run_id)
         early = self._run(cur, run_id)
-        locked = super()._locked_run(cur, run_id)
-        if early is None or locked is None:
-            return locked
-        return replace(locked, wakeup_pending=early.wakeup_pending)
+        locked = super()._lock_run(cur, run_id)
+
+        def read() -> Run | None:
+            run = locked()
+            return run if early is None or run is None else replace(run, wakeup_pending=early.wakeup_pending)
+
+        return read
+
+
+class ClockReadBeforeLock(PostgresStore):
+    """Fenced writes read the store clock first and lock the run after: a write that waited for the lock
+    judges its lease on an instant from before the wait, and a lease that expired meanwhile still passes."""
+
+    _early: Any = None
+
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
+        self._early = self._query(cur, f"SELECT {self._now_sql}").fetchone()  # sent before the lock
+        return super()._lock_run(cur, run_id)
+
+    def _clock(self, cur: Any) -> Any:
+        early, self._early = self._early, None
+        return super()._clock(cur) if early is None else Pending.of(Sent([early], 1))
 
 
 POSTGRES_BUGS: tuple[SeededBug, ...] = (
@@ -189,6 +211,10 @@ POSTGRES_BUGS: tuple[SeededBug, ...] = (
     SeededBug("wakeup_mark_read_before_lock", "the commit reads the wake-up mark before locking the run",
               _backend(WakeupMarkReadBeforeLock),
               ("commit.waking_write_beside_a_blocking_commit_is_not_lost",), "waking_write_beside", backend="postgres"),
+    SeededBug("clock_read_before_lock", "fenced writes read the store clock before they lock the run",
+              _backend(ClockReadBeforeLock),
+              ("commit.a_fenced_write_judges_its_lease_on_the_clock_after_its_lock_wait",), "lock_wait",
+              backend="postgres"),
     SeededBug("timer_fired_twice", "two concurrent firers both fire the same timer", _backend(TimerFiredTwice),
               ("timers.concurrent_firers_fire_each_timer_once",), "timers", backend="postgres"),
 )

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from adapters._sql import rows as R
 from adapters._sql.dialect import Dialect
-from adapters._sql.pipeline import Pending, SecondStatement, StoreCursor, collect
+from adapters._sql.pipeline import Pending, SecondStatement, StoreCursor, collect, row_reader
 from kit.clock import to_micros
 from kit.connections import ConnectionFactory
 from kit.contract import validation as v
@@ -280,15 +280,34 @@ class SqlPlumbing:
         ).fetchone()
         return None if row is None else R.to_run(row)
 
-    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
-        """The run row, locked until commit (the first lock of every run-scoped write)."""
+    def _lock_run(self, cur: Any, run_id: str) -> Callable[[], Run | None]:
+        """Lock the run row until commit (the first lock of every run-scoped write); call what it returns
+        for the locked run.
+
+        Inside ``_pipelined()``, where the dialect queues, the lock is only queued: statements queued after
+        it travel in its round trip, and the server runs them after the lock is granted (it runs a queue in
+        order), so a clock read queued after it is read under the lock, as if sent after the wait. This is
+        the one place the run lock is taken: an override here reaches every run-scoped write."""
         d = self.dialect
-        row = self._exec(
+        locked = self._query(
             cur,
             f"SELECT {R.RUN_COLUMNS} FROM kit_runs{d.lock_hint} WHERE tenant_id = ? AND run_id = ?{d.lock_rows}",
             (self.tenant_id, run_id),
-        ).fetchone()
-        return None if row is None else R.to_run(row)
+        )
+
+        return row_reader(locked, R.to_run)
+
+    def _locked_run(self, cur: Any, run_id: str) -> Run | None:
+        """The run row, locked until commit: :meth:`_lock_run`, read at once."""
+        return self._lock_run(cur, run_id)()
+
+    def _locked_run_and_clock(self, cur: Any, run_id: str) -> tuple[Run | None, int]:
+        """The run row, locked until commit, and the store clock read after the lock: one round trip (with
+        the BEGIN) where the dialect queues."""
+        with self._pipelined():
+            locked = self._lock_run(cur, run_id)
+            clock = self._clock(cur)
+        return locked(), self._clock_value(clock.fetchone())
 
     def _make_runnable(self, cur: Any, run: Run, now: int) -> None:
         """Input arrived: a blocked (or later-waking) run runs now; a running one is marked."""

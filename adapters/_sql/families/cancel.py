@@ -19,20 +19,25 @@ class CancelSql(SqlPlumbing):
         v.check_optional_text("reason", reason, v.MAX_REASON)
 
         def cancel(cur: Any) -> Outcome:
-            run = self._locked_run(cur, run_id)
+            if self._pipelines():  # the clock queued behind the lock: no round trip of its own
+                run, now = self._locked_run_and_clock(cur, run_id)
+            else:  # nothing more is read for a cancel that is refused
+                run, now = self._locked_run(cur, run_id), None
             if run is None:
                 return Outcome.NOT_FOUND
             if run.status.terminal:
                 return Outcome.TERMINAL
             if run.cancel_requested:
                 return Outcome.DUPLICATE
-            now = self._now_us(cur)
-            self._exec(
-                cur,
-                "UPDATE kit_runs SET cancel_requested = 1, cancel_reason = ? WHERE tenant_id = ? AND run_id = ?",
-                (reason, self.tenant_id, run_id),
-            )
-            self._make_runnable(cur, run, now)
+            if now is None:
+                now = self._now_us(cur)
+            with self._pipelined():  # the mark and the wake-up: one round trip where the dialect queues
+                self._exec(
+                    cur,
+                    "UPDATE kit_runs SET cancel_requested = 1, cancel_reason = ? WHERE tenant_id = ? AND run_id = ?",
+                    (reason, self.tenant_id, run_id),
+                )
+                self._make_runnable(cur, run, now)
             return Outcome.COMMITTED
 
         return self._write(cancel)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from adapters._sql import rows as R
 from adapters._sql.families._base import SqlPlumbing
+from adapters._sql.pipeline import row_reader
 from kit.clock import from_micros, to_micros
 from kit.contract import validation as v
 from kit.contract.entities import (
@@ -69,16 +70,22 @@ class CommandSql(SqlPlumbing):
 
         return self._write(claim)
 
-    def _locked_command(self, cur: Any, command_id: str) -> Command | None:
+    def _lock_command(self, cur: Any, command_id: str) -> Callable[[], Command | None]:
+        """Lock the command row until commit; call what it returns for the locked command. Queued inside
+        ``_pipelined()`` where the dialect queues, as :meth:`_lock_run`."""
         if not command_id.isdigit():
-            return None
+            return lambda: None
         d = self.dialect
-        row = self._exec(
+        locked = self._query(
             cur,
             f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands{d.lock_hint} WHERE tenant_id = ? AND command_id = ?{d.lock_rows}",
             (self.tenant_id, int(command_id)),
-        ).fetchone()
-        return None if row is None else R.to_command(row)
+        )
+        return row_reader(locked, R.to_command)
+
+    def _locked_command(self, cur: Any, command_id: str) -> Command | None:
+        """The command row, locked until commit: :meth:`_lock_command`, read at once."""
+        return self._lock_command(cur, command_id)()
 
     def command_fenced(self, command: Command, claim: CommandClaim, now: int) -> bool:
         return (
@@ -90,10 +97,15 @@ class CommandSql(SqlPlumbing):
         )
 
     def _fenced_command(self, cur: Any, claim: CommandClaim) -> tuple[Run | None, Command | None, int, Outcome | None]:
-        """Lock the run, then the command (the one lock order), and apply the fence."""
-        run = self._locked_run(cur, claim.run_id)
-        command = self._locked_command(cur, claim.command_id)
-        now = self._now_us(cur)
+        """Lock the run, then the command (the one lock order), read the clock after both locks, and apply
+        the fence. Where the dialect queues, the two locks and the clock travel in one round trip (with the
+        BEGIN): the server runs them in that order, so the clock is still read after every lock wait."""
+        with self._pipelined():
+            locked_run = self._lock_run(cur, claim.run_id)
+            locked_command = self._lock_command(cur, claim.command_id)
+            clock = self._clock(cur)
+        run, command = locked_run(), locked_command()
+        now = self._clock_value(clock.fetchone())
         if command is None or command.run_id != claim.run_id:
             return run, None, now, Outcome.NOT_FOUND
         if command.status.terminal:
@@ -126,14 +138,15 @@ class CommandSql(SqlPlumbing):
             run, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            self._exec(
-                cur,
-                "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
-                "WHERE tenant_id = ? AND command_id = ?",
-                (text, self.tenant_id, int(claim.command_id)),
-            )
-            if run is not None:
-                self._make_runnable(cur, run, now)
+            with self._pipelined():  # the result and the wake-up: one round trip where the dialect queues
+                self._exec(
+                    cur,
+                    "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
+                    "WHERE tenant_id = ? AND command_id = ?",
+                    (text, self.tenant_id, int(claim.command_id)),
+                )
+                if run is not None:
+                    self._make_runnable(cur, run, now)
             return Outcome.COMPLETED
 
         return self._write(complete)
@@ -162,14 +175,15 @@ class CommandSql(SqlPlumbing):
                     (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
                 )
                 return Outcome.RETRY_SCHEDULED
-            self._exec(
-                cur,
-                "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
-                "WHERE tenant_id = ? AND command_id = ?",
-                (text, self.tenant_id, int(claim.command_id)),
-            )
-            if run is not None:
-                self._make_runnable(cur, run, now)
+            with self._pipelined():  # the failure and the wake-up: one round trip where the dialect queues
+                self._exec(
+                    cur,
+                    "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
+                    "WHERE tenant_id = ? AND command_id = ?",
+                    (text, self.tenant_id, int(claim.command_id)),
+                )
+                if run is not None:
+                    self._make_runnable(cur, run, now)
             return Outcome.FAILED
 
         return self._write(fail)

@@ -156,10 +156,10 @@ class DecisionSql(SqlPlumbing):
         return self._read(load)
 
     def commit_decision(self, claim: RunClaim, expected_revision: int, decision: Decision) -> Outcome:
-        """Round trips where the dialect pipelines: the run lock (with the BEGIN); the clock and every read
-        the commit decides on, queued together under that lock; every write and the fenced UPDATE, queued
-        together; the COMMIT on its own (after the fenced UPDATE was seen to match one row). All in one
-        transaction: a failure anywhere rolls the whole commit back."""
+        """Three round trips where the dialect pipelines: the run lock with the BEGIN, and queued after it
+        the clock and every read the commit decides on (the server runs them once the lock is granted); every
+        write and the fenced UPDATE, queued together; the COMMIT on its own (after the fenced UPDATE was seen
+        to match one row). All in one transaction: a failure anywhere rolls the whole commit back."""
         v.check_decision(decision)
         encoded_events = [(e, v.encode_json(e.payload)) for e in decision.events]
         encoded_commands = [(c, v.encode_json(c.input)) for c in decision.commands]
@@ -167,10 +167,11 @@ class DecisionSql(SqlPlumbing):
 
         def commit(cur: Any) -> Outcome:
             with self._pipelined():
-                run = self._locked_run(cur, claim.run_id)
+                locked = self._lock_run(cur, claim.run_id)
                 clock = self._clock(cur)
                 if self._pipelines():  # queued: read together with the clock (else each is read when needed)
                     self._reads = _CommitReads.queue(self, cur, claim.run_id, decision)
+                run = locked()
                 now = self._clock_value(clock.fetchone())
                 refused = self._refuse_run(run, claim, now)
                 if refused:

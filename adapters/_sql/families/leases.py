@@ -22,8 +22,7 @@ class LeaseSql(SqlPlumbing):
         lease_us = v.check_lease(lease)
 
         def renew(cur: Any) -> Outcome:
-            run = self._locked_run(cur, claim.run_id)
-            now = self._now_us(cur)
+            run, now = self._locked_run_and_clock(cur, claim.run_id)
             refused = self._refuse_run(run, claim, now)
             if refused:
                 return refused
@@ -39,8 +38,7 @@ class LeaseSql(SqlPlumbing):
 
     def release_run_claim(self, claim: RunClaim) -> Outcome:
         def release(cur: Any) -> Outcome:
-            run = self._locked_run(cur, claim.run_id)
-            now = self._now_us(cur)
+            run, now = self._locked_run_and_clock(cur, claim.run_id)
             refused = self._refuse_run(run, claim, now)
             if refused:
                 return refused

@@ -28,14 +28,19 @@ class SignalSql(SqlPlumbing):
         text = v.encode_json(payload)
 
         def send(cur: Any) -> SignalReceipt:
-            """Where the dialect queues, four round trips: the run lock (with the BEGIN); the clock and the
-            dedup lookup; the INSERT, the wake-up and the read-back; the COMMIT."""
-            run = self._locked_run(cur, run_id)
+            """Where the dialect queues, three round trips: the run lock with the BEGIN, and queued after it
+            the clock and the dedup lookup (run once the lock is granted); the INSERT, the wake-up and the
+            read-back; the COMMIT."""
+            with self._pipelined():
+                locked = self._lock_run(cur, run_id)
+                queued = self._pipelines()  # else nothing more is read for an unknown run
+                if queued:
+                    clock, existing = self._clock(cur), self._signal_by_key(cur, run_id, dedup_key)
+            run = locked()
             if run is None:
                 return SignalReceipt(Outcome.NOT_FOUND)
-            with self._pipelined():
-                clock = self._clock(cur)
-                existing = self._signal_by_key(cur, run_id, dedup_key)
+            if not queued:
+                clock, existing = self._clock(cur), self._signal_by_key(cur, run_id, dedup_key)
             if existing is not None:
                 return SignalReceipt(Outcome.DUPLICATE, existing)
             if run.status.terminal:
