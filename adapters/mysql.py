@@ -190,17 +190,21 @@ class MysqlDialect(Dialect):
         """One round trip per send: the BEGIN statements and the queued ones joined into one
         multi-statement string (PyMySQL interpolates the parameters client-side; the connection has
         ``CLIENT.MULTI_STATEMENTS``). The server runs them in order and stops at the first that fails;
-        its error is raised here, when its result is reached, so no result is left unread."""
+        its error is raised here, when its result is reached, so no result is left unread. A read-only
+        transaction's COMMIT (``end``) ends the string: the server runs it only if every statement before it
+        succeeded."""
 
-        def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
-            text = "; ".join([*begins, *(sql for sql, _ in statements)])
+        def send(begins: Sequence[str], statements: Sequence[Statement], end: str | None = None) -> list[Sent]:
+            ends = [] if end is None else [end]
+            text = "; ".join([*begins, *(sql for sql, _ in statements), *ends])
             params = tuple(p for _, each in statements for p in (each or ()))
             cursor.execute(text, params) if params else cursor.execute(text)
             out: list[Sent] = []
-            for i in range(len(begins) + len(statements)):
+            count = len(begins) + len(statements) + len(ends)
+            for i in range(count):
                 if i and not cursor.nextset():
-                    raise StorageError(f"MySQL answered {i} results to {len(begins) + len(statements)} statements")
-                if i >= len(begins):
+                    raise StorageError(f"MySQL answered {i} results to {count} statements")
+                if len(begins) <= i < len(begins) + len(statements):
                     out.append(collect(cursor))
             return out
 
@@ -269,8 +273,8 @@ class MysqlStore(SqlStore):
         """
         if self._dead is not None:
             return
-        if isinstance(self._cur, StoreCursor) and self._cur.pending is not None:
-            self._cur.pending = None  # the transaction never started: nothing to roll back
+        if isinstance(self._cur, StoreCursor) and (self._cur.pending is not None or self._cur.ended):
+            self._cur.pending, self._cur.ended = None, False  # never started, or already committed (a snapshot)
             return
         try:
             self._cur.execute(self.dialect.rollback)

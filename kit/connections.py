@@ -7,7 +7,8 @@ transaction), or end the session. Two extra points are announced:
 ``"COMMIT"`` is the commit statement itself (raising there means the commit
 never happened) and ``"COMMITTED"`` comes right after a commit returned
 (raising there is a lost acknowledgement: the write is durable, the client saw
-an error).
+an error). A read-only transaction's COMMIT may travel with its reads, as part
+of their one point (it commits nothing: see :meth:`HookedCursor.execute_batch`).
 
 The proxies are hand-written rather than borrowed because what they intercept
 is exactly the DB-API surface the kit's adapters use (``cursor().execute``,
@@ -50,11 +51,17 @@ class HookedCursor:
         self._hook(sql)
         return self._cursor.executemany(sql, seq)
 
-    def execute_batch(self, statements: Sequence[str], send: Callable[[], T]) -> T:
+    def execute_batch(self, statements: Sequence[str], send: Callable[[], T], ends_read: bool = False) -> T:
         """Statements the driver sends in one round trip (a pipeline): announced as *one* point, their
         texts joined by ``"; "`` (as a multi-statement string would be), before ``send`` sends them all.
-        One point, so whoever parks or fails a worker at a point finds every earlier statement run."""
-        if any(_COMMIT.match(sql) for sql in statements):
+        One point, so whoever parks or fails a worker at a point finds every earlier statement run.
+
+        A write's COMMIT is never batched: its COMMIT and COMMITTED points stay its own. The one exception
+        is ``ends_read``: the last statement is the COMMIT of a read-only transaction, which commits nothing
+        (no write to lose, no acknowledgement to lose), so it is part of the batch's point."""
+        if ends_read and not (statements and _COMMIT.match(statements[-1])):
+            raise ValueError("ends_read: the batch's last statement must be the read-only transaction's COMMIT")
+        if any(_COMMIT.match(sql) for sql in (statements[:-1] if ends_read else statements)):
             raise ValueError("a COMMIT is never batched: its COMMIT and COMMITTED points must stay its own")
         self._hook("; ".join(statements))
         return send()

@@ -18,8 +18,8 @@ class _Wire:
         self.sends: list[tuple[tuple[str, ...], list[str]]] = []
         self.fail_on = fail_on
 
-    def __call__(self, begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
-        self.sends.append((tuple(begins), [sql for sql, _ in statements]))
+    def __call__(self, begins: Sequence[str], statements: Sequence[Statement], end: str | None = None) -> list[Sent]:
+        self.sends.append((tuple(begins), [sql for sql, _ in statements] + ([] if end is None else [end])))
         if self.fail_on is not None and any(sql == self.fail_on for sql, _ in statements):
             raise RuntimeError(f"the server refused {self.fail_on}")
         return [Sent([(sql, tuple(params or ()))], 1, ("text",)) for sql, params in statements]
@@ -93,6 +93,13 @@ def test_a_batch_is_one_hook_point_before_it_is_sent_and_never_carries_a_commit(
     assert counter.count == 3, "the counter counts each statement of a batch"
     with pytest.raises(ValueError, match="never batched"):
         cursor.execute_batch(["UPDATE t", "COMMIT"], lambda: None)
+    # a read-only transaction's COMMIT may end a batch: one point, no COMMIT or COMMITTED point of its own
+    assert cursor.execute_batch(["BEGIN", "S3", "COMMIT"], lambda: 8, ends_read=True) == 8
+    assert seen[-1] == "BEGIN; S3; COMMIT" and "COMMIT" not in seen and "COMMITTED" not in seen
+    with pytest.raises(ValueError, match="never batched"):
+        cursor.execute_batch(["BEGIN", "COMMIT", "S4", "COMMIT"], lambda: None, ends_read=True)
+    with pytest.raises(ValueError, match="last statement must be"):
+        cursor.execute_batch(["BEGIN", "S5"], lambda: None, ends_read=True)
 
 
 def test_a_block_alone_sends_one_statement_and_refuses_a_second_before_sending_it() -> None:
@@ -117,3 +124,24 @@ def test_a_block_alone_is_refused_inside_an_open_transaction() -> None:
     cursor.pending = ("BEGIN",)
     with pytest.raises(RuntimeError, match="open transaction"), cursor.alone():
         pass
+
+
+def test_a_snapshot_block_sends_its_commit_with_its_last_reads_and_then_refuses_more() -> None:
+    """``batching(end=COMMIT)``: the COMMIT leaves in the block's last send, after every queued statement;
+    the cursor says the transaction ended, and a statement after it is refused before it is sent (it would
+    run outside the snapshot). With nothing queued at the block's end, nothing is sent and nothing ended."""
+    wire, driver = _Wire(), _Driver()
+    cursor = StoreCursor(driver, wire)
+    cursor.pending = ("BEGIN",)
+    with cursor.batching("COMMIT"):
+        run = cursor.execute("S1")
+        cursor.execute("S2")
+    assert wire.sends == [(("BEGIN",), ["S1", "S2", "COMMIT"])]
+    assert cursor.ended and run.fetchone() == ("S1", ())
+    with pytest.raises(RuntimeError, match="committed with its last reads"):
+        cursor.execute("S3")
+    assert wire.sends == [(("BEGIN",), ["S1", "S2", "COMMIT"])] and driver.executed == []
+    cursor.ended = False
+    with cursor.batching("COMMIT"):
+        pass
+    assert len(wire.sends) == 1 and not cursor.ended

@@ -20,6 +20,8 @@
   last statement.
 * Inside :meth:`StoreCursor.alone` (a read outside any transaction) at most one statement is sent:
   a second raises :class:`SecondStatement` before it is queued or sent.
+* A read-only transaction's last statements may carry its COMMIT (``batching(end=...)``): one round
+  trip for the whole snapshot. A failed statement stops the string before the COMMIT, as above.
 
 The statement hook (the fault layer, :mod:`kit.connections`) still sees every statement, just
 before it is sent.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "Pending", "SecondStatement", "Sender", "Sent", "Statement", "StoreCursor", "collect", "row_reader", "send_one_by_one",
@@ -52,9 +54,13 @@ class Sent:
     description: Any = None
 
 
-Sender = Callable[[Sequence[str], Sequence[Statement]], list[Sent]]
-"""Sends the BEGIN statements (possibly none), then the statements, in order, in as few round trips as
-the driver allows; returns one :class:`Sent` per statement (the BEGINs answer nothing)."""
+class Sender(Protocol):
+    """Sends the BEGIN statements (possibly none), then the statements, then ``end`` (a read-only
+    transaction's COMMIT, passed only when there is one), in order, in as few round trips as the driver
+    allows; returns one :class:`Sent` per statement (the BEGINs and the end answer nothing)."""
+
+    def __call__(self, begins: Sequence[str], statements: Sequence[Statement], end: str | None = None, /
+                 ) -> list[Sent]: ...
 
 
 def collect(cursor: Any) -> Sent:
@@ -67,13 +73,15 @@ def collect(cursor: Any) -> Sent:
 def send_one_by_one(cursor: Any) -> Sender:
     """A sender that sends each statement on its own (one round trip each)."""
 
-    def send(begins: Sequence[str], statements: Sequence[Statement]) -> list[Sent]:
+    def send(begins: Sequence[str], statements: Sequence[Statement], end: str | None = None) -> list[Sent]:
         for begin in begins:
             cursor.execute(begin)
         out = []
         for sql, params in statements:
             cursor.execute(sql) if params is None else cursor.execute(sql, params)
             out.append(collect(cursor))
+        if end is not None:
+            cursor.execute(end)
         return out
 
     return send
@@ -154,6 +162,9 @@ class StoreCursor:
         self._last: Pending | None = None
         self._alone: int | None = None
         """Inside :meth:`alone`: how many statements the block has sent or queued (0 or 1)."""
+        self.ended = False
+        """A read-only transaction's COMMIT was sent with its last statements (:meth:`batching`): whoever
+        would commit it next resets this instead."""
 
     @contextmanager
     def alone(self) -> Iterator[None]:
@@ -175,20 +186,27 @@ class StoreCursor:
             self._alone = 1
 
     @contextmanager
-    def batching(self) -> Iterator[None]:
-        """Queue the statements executed in the block; send them when needed and at its end."""
+    def batching(self, end: str | None = None) -> Iterator[None]:
+        """Queue the statements executed in the block; send them when needed and at its end.
+
+        ``end``: the open transaction is read-only and the block holds its last statements: at the block's
+        end, its COMMIT (``end``) travels with what is still queued, and :attr:`ended` says so (nothing
+        was queued by then: nothing sent, :attr:`ended` stays false and the transaction stays open)."""
         if self._batching:
             yield
             return
         self._batching = True
         try:
             yield
-            self.flush()
+            self.flush(end)
         finally:
             self._batching = False
             self._queue = []  # only when the block raised: never sent, rolled back with its transaction
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        if self.ended:
+            raise RuntimeError("this snapshot was committed with its last reads: a statement after them would "
+                               "run outside it (read it inside the last_reads block)")
         self._count_alone()
         if not self._batching and self.pending is None and not self._queue:
             self._last = None  # the common case: straight to the driver
@@ -210,13 +228,15 @@ class StoreCursor:
         self._last = None
         return self._cursor.executemany(sql, seq)
 
-    def flush(self) -> None:
-        """Send the queued statements (with the pending BEGIN) now."""
+    def flush(self, end: str | None = None) -> None:
+        """Send the queued statements (with the pending BEGIN, and ``end`` after them) now."""
         if not self._queue:
             return
         queue, self._queue = self._queue, []
         begins, self.pending = self.pending or (), None
-        results = self._send(begins, [statement for statement, _ in queue])
+        statements = [statement for statement, _ in queue]
+        results = self._send(begins, statements) if end is None else self._send(begins, statements, end)
+        self.ended = end is not None
         if len(results) != len(queue):
             raise RuntimeError(f"{len(queue)} statements sent, {len(results)} results back")
         for (_, handle), sent in zip(queue, results):

@@ -103,7 +103,8 @@ class _Session:
         self._open.append((sql, None if params is None else tuple(params)))
         if head.startswith(_OPENS):
             self._in_tx = True
-        if head.startswith(_ENDS) or not self._in_tx:
+        last = head.rstrip().rstrip(";").rsplit(";", 1)[-1].strip()  # a snapshot's reads may carry its COMMIT
+        if head.startswith(_ENDS) or last.startswith(_ENDS) or not self._in_tx:
             self._log.add(self._open)
             self._open, self._in_tx = [], False
 

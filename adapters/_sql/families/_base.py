@@ -82,6 +82,8 @@ class SqlPlumbing:
         except dialect.driver_errors as exc:
             raise self._translate(exc) from exc
         self._depth = 0
+        self._read_only = False
+        """The open transaction is a snapshot read (:meth:`_read`): nothing it does needs committing."""
         self._uow: UnitOfWork | None = None
         self._rollback_only = False
         self._dead: str | None = None
@@ -105,12 +107,17 @@ class SqlPlumbing:
         return isinstance(self._cur, StoreCursor)
 
     @contextmanager
-    def _pipelined(self) -> Iterator[None]:
+    def _pipelined(self, last_reads: bool = False) -> Iterator[None]:
         """Statements executed in the block are queued and sent together when a result is read and at
         the block's end (see :mod:`adapters._sql.pipeline`), inside the operation's one transaction;
-        where the dialect cannot (no ``fold_begin``), they run one by one as usual."""
+        where the dialect cannot (no ``fold_begin``), they run one by one as usual.
+
+        ``last_reads``: the block holds the last statements of the operation. If that operation is a
+        snapshot read in a transaction of its own (:meth:`_read`, not joined into an open transaction),
+        its COMMIT travels with them: the whole snapshot is one round trip."""
         if isinstance(self._cur, StoreCursor):
-            with self._cur.batching():
+            end = self.dialect.commit if last_reads and self._depth == 1 and self._read_only else None
+            with self._cur.batching(end):
                 yield
         else:
             yield
@@ -156,6 +163,7 @@ class SqlPlumbing:
                 self._quiet_rollback()
                 raise self._translate(exc) from exc
         self._depth = 1
+        self._read_only = begin == self.dialect.begin_snapshot != self.dialect.begin_write
         try:
             yield cur
             if self._rollback_only:
@@ -163,7 +171,10 @@ class SqlPlumbing:
                     "an inner transaction() block failed, so the whole unit of work was rolled "
                     "back: let the exception propagate or handle it outside the unit"
                 )
-            cur.execute(self.dialect.commit)
+            if isinstance(cur, StoreCursor) and cur.ended:
+                cur.ended = False  # a snapshot's COMMIT went with its last reads (_pipelined(last_reads=True))
+            else:
+                cur.execute(self.dialect.commit)
         except self.dialect.driver_errors as exc:
             self._quiet_rollback()
             raise self._translate(exc) from exc
@@ -173,14 +184,15 @@ class SqlPlumbing:
         finally:
             self._depth = 0
             self._uow = None
+            self._read_only = False
         for callback in uow.callbacks:
             callback()
 
     def _quiet_rollback(self) -> None:
         if self._dead is not None:
             return
-        if isinstance(self._cur, StoreCursor) and self._cur.pending is not None:
-            self._cur.pending = None  # the BEGIN was never sent: nothing to roll back
+        if isinstance(self._cur, StoreCursor) and (self._cur.pending is not None or self._cur.ended):
+            self._cur.pending, self._cur.ended = None, False  # never begun, or already committed (a snapshot)
             return
         with contextlib.suppress(Exception):  # no transaction, or the connection is gone
             self._cur.execute(self.dialect.rollback)

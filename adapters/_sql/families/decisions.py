@@ -107,12 +107,12 @@ class DecisionSql(SqlPlumbing):
 
     def load_claimed(self, claim: RunClaim) -> Snapshot | Outcome:
         """One snapshot, read in one round trip where the dialect pipelines: the run, the clock and the
-        four lists are queued together (the fence is judged on the run and clock read in that snapshot;
-        the lists are simply dropped when it refuses)."""
+        four lists are queued together, with the snapshot's BEGIN and its COMMIT (the fence is judged on
+        the run and clock read in that snapshot; the lists are simply dropped when it refuses)."""
 
         def load(cur: Any) -> Snapshot | Outcome:
             key = (self.tenant_id, claim.run_id)
-            with self._pipelined():
+            with self._pipelined(last_reads=True):
                 run_row = self._query(
                     cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ? AND run_id = ?", key
                 )
