@@ -210,3 +210,17 @@ def test_a_snapshot_read_inside_a_unit_of_work_commits_nothing_of_it(counted: tu
         raise _Boom()
     assert store.get_run("inside") is None, "a snapshot inside a unit of work committed the unit's writes"
     assert isinstance(store.load_claimed(claim), Snapshot) and store.get_run("r") is not None
+
+
+def test_a_state_export_is_one_round_trip(counted: tuple[Storage, RecordingBackend]) -> None:
+    """export_state (read after every step of a fault machine) sends its BEGIN, five queries and COMMIT in
+    one round trip (it took six), and shows what the individual reads show."""
+    store, recording = counted
+    _claimed_with_a_result(store)
+    before = recording.round_trips
+    state = store.export_state()  # type: ignore[attr-defined]
+    assert recording.round_trips - before <= 1, f"the export took {recording.round_trips - before} round trips"
+    assert list(state) == ["r"] and state["r"]["history"] and state["r"]["commands"]
+    before = recording.round_trips
+    assert store.export_state(["nobody"]) == {}  # type: ignore[attr-defined]
+    assert recording.round_trips - before <= 1

@@ -306,7 +306,6 @@ class SqlPlumbing:
             f"SELECT {R.RUN_COLUMNS} FROM kit_runs{d.lock_hint} WHERE tenant_id = ? AND run_id = ?{d.lock_rows}",
             (self.tenant_id, run_id),
         )
-
         return row_reader(locked, R.to_run)
 
     def _locked_run(self, cur: Any, run_id: str) -> Run | None:

@@ -121,8 +121,9 @@ class RunSql(SqlPlumbing):
         )
 
     def export_state(self, run_ids: Collection[str] | None = None) -> dict[str, Any]:
-        """The tenant's whole observable state (see kit.inspect) in one snapshot of five queries; with
-        ``run_ids``, only those runs (the ones that exist), in the same five queries."""
+        """The tenant's whole observable state (see kit.inspect) in one snapshot of five queries (one round
+        trip, BEGIN and COMMIT included, where the dialect queues); with ``run_ids``, only those runs (the
+        ones that exist), in the same five queries."""
         from kit.inspect import assemble
 
         only = ""
@@ -135,13 +136,6 @@ class RunSql(SqlPlumbing):
 
         def export(cur: Any) -> dict[str, Any]:
             t = (self.tenant_id, *ids)
-            runs = [R.to_run(r) for r in self._exec(
-                cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ?{only} ORDER BY run_id", t).fetchall()]
-            if ids:  # exactly the ids asked for, whatever the column's collation matches
-                runs = [r for r in runs if r.run_id in ids]
-            if not runs:
-                return {}
-            parts: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {r.run_id: ([], [], [], []) for r in runs}
             queries = (
                 (0, f"SELECT {R.EVENT_COLUMNS} FROM kit_events WHERE tenant_id = ?{only} ORDER BY run_id, seq", R.to_event),
                 (1, f"SELECT {R.COMMAND_COLUMNS} FROM kit_commands WHERE tenant_id = ?{only} ORDER BY command_id",
@@ -149,8 +143,18 @@ class RunSql(SqlPlumbing):
                 (2, f"SELECT {R.SIGNAL_COLUMNS} FROM kit_signals WHERE tenant_id = ?{only} ORDER BY signal_id", R.to_signal),
                 (3, f"SELECT {R.TIMER_COLUMNS} FROM kit_timers WHERE tenant_id = ?{only} ORDER BY timer_id", R.to_timer),
             )
-            for slot, sql, convert in queries:
-                for row in self._exec(cur, sql, t).fetchall():
+            with self._pipelined(last_reads=True):  # one round trip where the dialect queues, COMMIT included
+                run_rows = self._query(
+                    cur, f"SELECT {R.RUN_COLUMNS} FROM kit_runs WHERE tenant_id = ?{only} ORDER BY run_id", t)
+                lists = [(slot, self._query(cur, sql, t), convert) for slot, sql, convert in queries]
+            runs = [R.to_run(r) for r in run_rows.fetchall()]
+            if ids:  # exactly the ids asked for, whatever the column's collation matches
+                runs = [r for r in runs if r.run_id in ids]
+            if not runs:
+                return {}
+            parts: dict[str, tuple[list[Any], list[Any], list[Any], list[Any]]] = {r.run_id: ([], [], [], []) for r in runs}
+            for slot, result, convert in lists:
+                for row in result.fetchall():
                     item = convert(row)
                     if item.run_id in parts:
                         parts[item.run_id][slot].append(item)
