@@ -103,6 +103,16 @@ def _overlap(first: Callable[[], object], second: Callable[[], object], first_fa
     return results, errors
 
 
+def _hooked_pair(open_store: Callable[..., Storage], tenant: str) -> tuple[Storage, StatementFaults, Storage,
+                                                                          StatementFaults]:
+    """Two stores on one tenant, on two connections, each with a statement hook of its own (the second
+    does not migrate again)."""
+    first_faults, second_faults = StatementFaults(), StatementFaults()
+    first = open_store(tenant, statement_hook=first_faults)
+    second = open_store(tenant, migrate=False, statement_hook=second_faults)
+    return first, first_faults, second, second_faults
+
+
 class CommitChecks(AreaChecks):
     area = "commit"
 
@@ -521,9 +531,7 @@ class CommitChecks(AreaChecks):
         history holds the decision's events once."""
         for events in (2, 0):
             tenant = f"dup-{events}"
-            fa, fb = StatementFaults(), StatementFaults()
-            a = open_store(tenant, statement_hook=fa)
-            b = open_store(tenant, migrate=False, statement_hook=fb)
+            a, fa, b, fb = _hooked_pair(open_store, tenant)
             claim = self.started_and_claimed(a)
             a.load_claimed(claim)
             decision = Decision(self.waiting_status(), events=tuple(NewEvent("step", {"i": i}) for i in range(events)))
@@ -555,9 +563,7 @@ class CommitChecks(AreaChecks):
         kinds = {"commit": True, "renew": True, "complete": self.promised(Promise.COMMANDS)}
         for kind in (k for k, promised in kinds.items() if promised):
             tenant = f"late-{kind}"
-            fh, fw = StatementFaults(), StatementFaults()
-            holder = open_store(tenant, statement_hook=fh)
-            writer = open_store(tenant, migrate=False, statement_hook=fw)
+            holder, fh, writer, fw = _hooked_pair(open_store, tenant)
             claim = self.started_and_claimed(writer)
             write: Callable[[], object]
             if kind == "complete":
@@ -607,9 +613,7 @@ class CommitChecks(AreaChecks):
         for kind in (k for k, promised in kinds.items() if promised):
             for decision_first in (True, False):
                 tenant = f"wake-{kind}-{'decision' if decision_first else 'input'}-first"
-                fd, fw = StatementFaults(), StatementFaults()
-                decider = open_store(tenant, statement_hook=fd)
-                waker = open_store(tenant, migrate=False, statement_hook=fw)
+                decider, fd, waker, fw = _hooked_pair(open_store, tenant)
                 claim = self.started_and_claimed(decider)
                 wake: Callable[[], object]
                 if kind == "complete":
