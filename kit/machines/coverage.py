@@ -247,7 +247,12 @@ REACHED_BY: dict[str, tuple[str, ...]] = {
 }
 
 #: check id -> why no machine rule can reach it (the goal is an empty dict; each entry is a stated gap).
-UNREACHED: dict[str, str] = {}
+UNREACHED: dict[str, str] = {
+    "commit.a_fenced_write_judges_its_lease_on_the_clock_after_its_lock_wait": (
+        "no rule moves the test clock while a fenced write waits for a run lock another connection holds: the "
+        "machines advance the clock between steps, and the reference engine never waits for a lock; the check "
+        "stages that wait itself, at a counted statement point"),
+}
 
 
 def all_check_ids() -> list[str]:
