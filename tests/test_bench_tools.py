@@ -97,3 +97,29 @@ def test_timed_checks_run_with_their_bytecode_cached_in_the_bench_folder_only(tm
     assert any(name.startswith("runs.") and "pytest" in name for name in cached), (
         f"pytest's rewritten conformance modules were not cached there: {sorted(cached)[:20]}")
     assert any(name.startswith("cli.") for name in cached), "the kit's own modules were not cached there"
+
+
+def test_the_stress_memory_goal_is_the_median_pair_and_leaves_out_pairs_that_prove_nothing() -> None:
+    """Each pair is a 1x and a 10x run; the goal is the median pair's ratio, so one short run that happened to
+    record little history cannot decide it. A pair whose 10x run did not grow the history 5x is left out and
+    said so; a run that found a violation is flagged."""
+    from kit.runtime.bench import _stress_memory
+
+    runs = iter([
+        (10_000, 4_000, True), (100_000, 8_000, True),   # pair 1: 2.00
+        (15_000, 6_000, True), (120_000, 6_600, True),   # pair 2: 1.10
+        (15_000, 6_000, True), (40_000, 9_000, True),    # pair 3: left out (2.7x the history)
+        (15_000, 6_000, False), (130_000, 7_200, True),  # pair 4: 1.20, its 1x run found a violation
+    ])
+
+    def measure(spec: str, seconds: float, workers: int, count: int) -> dict[str, object]:
+        entries, heap_kb, valid = next(runs)
+        return {"history_entries": entries, "check_heap_peak_kb": heap_kb, "total_peak_kb": 80_000, "valid": valid}
+
+    ratio, detail = _stress_memory(4, measure)
+    assert ratio == pytest.approx(1.20)
+    assert detail.startswith("median of 3 pairs")
+    assert "pair 3: left out, the 10x run recorded only 2.7x the history" in detail
+    assert "(the run found a violation)" in detail
+    none, why = _stress_memory(1, lambda *_: {"history_entries": 1, "check_heap_peak_kb": 1, "total_peak_kb": 1})
+    assert none is None and why.startswith("no verdict")
