@@ -114,6 +114,20 @@ class CommandSql(SqlPlumbing):
             return run, command, now, Outcome.CLAIM_LOST
         return run, command, now, None
 
+    def _finish(self, cur: Any, claim: CommandClaim, run: Run | None, now: int, status: str, column: str,
+                text: str) -> None:
+        """The fenced command ends (``status``, with ``text`` in ``column``: its result or its error) and its
+        run is woken: both writes in one round trip where the dialect queues."""
+        with self._pipelined():
+            self._exec(
+                cur,
+                f"UPDATE kit_commands SET status = '{status}', {column} = ?, claim_expires_at = NULL, due_at = NULL "
+                "WHERE tenant_id = ? AND command_id = ?",
+                (text, self.tenant_id, int(claim.command_id)),
+            )
+            if run is not None:
+                self._make_runnable(cur, run, now)
+
     def heartbeat_command(self, claim: CommandClaim, lease: timedelta) -> Outcome:
         lease_us = v.check_lease(lease)
 
@@ -138,15 +152,7 @@ class CommandSql(SqlPlumbing):
             run, _, now, refused = self._fenced_command(cur, claim)
             if refused:
                 return refused
-            with self._pipelined():  # the result and the wake-up: one round trip where the dialect queues
-                self._exec(
-                    cur,
-                    "UPDATE kit_commands SET status = 'completed', result = ?, claim_expires_at = NULL, due_at = NULL "
-                    "WHERE tenant_id = ? AND command_id = ?",
-                    (text, self.tenant_id, int(claim.command_id)),
-                )
-                if run is not None:
-                    self._make_runnable(cur, run, now)
+            self._finish(cur, claim, run, now, "completed", "result", text)
             return Outcome.COMPLETED
 
         return self._write(complete)
@@ -175,15 +181,7 @@ class CommandSql(SqlPlumbing):
                     (text, now + delay, now + delay, self.tenant_id, int(claim.command_id)),
                 )
                 return Outcome.RETRY_SCHEDULED
-            with self._pipelined():  # the failure and the wake-up: one round trip where the dialect queues
-                self._exec(
-                    cur,
-                    "UPDATE kit_commands SET status = 'failed', error = ?, claim_expires_at = NULL, due_at = NULL "
-                    "WHERE tenant_id = ? AND command_id = ?",
-                    (text, self.tenant_id, int(claim.command_id)),
-                )
-                if run is not None:
-                    self._make_runnable(cur, run, now)
+            self._finish(cur, claim, run, now, "failed", "error", text)
             return Outcome.FAILED
 
         return self._write(fail)
