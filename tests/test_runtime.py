@@ -7,7 +7,9 @@ backend are in ``test_runtime_backends.py``.
 
 from __future__ import annotations
 
+import gc
 import time
+import types
 from collections.abc import Iterator
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -157,6 +159,43 @@ def test_a_misbehaving_module_fails_its_run_with_the_cause(body: str, kind: str)
     if plan.status is RunStatus.BLOCKED:  # the op-reuse case: answer the first sleep
         plan = execute(module, None, _as_events([plan.events]), Inputs(fired_timers={"op-1": "1"}))
     assert plan.status is RunStatus.FAILED and plan.error["kind"] == kind, plan.error
+
+
+def _cyclic_garbage(make: Any) -> list[object]:
+    """What ``make()`` left for the cyclic collector (objects only it could free)."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        make()
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        if enabled:
+            gc.enable()
+
+
+@pytest.mark.parametrize("ending", ["suspends", "completes", "fails"])
+def test_an_execution_leaves_no_frames_for_the_cyclic_collector(ending: str) -> None:
+    # Every ending is an exception whose traceback holds the frames it passed (one holding the
+    # session, the plan and wasmtime's values); kept in a cycle, they wait for a full collection,
+    # which a long stress run's checking (thousands of replays) made megabytes wait for.
+    module = {"suspends": REGISTRY["order"],
+              "completes": wat('(data (i32.const 0) "null") (func (export "run") (call $complete (i32.const 0) '
+                               '(i32.const 4)))', '(import "durable" "complete" (func $complete (param i32 i32)))'),
+              "fails": wat('(func (export "run") unreachable)')}[ending]
+
+    def run() -> None:
+        for _ in range(5):
+            execute(module, {"order": 1}, [])
+
+    left = _cyclic_garbage(run)
+    held = [o for o in left if isinstance(o, (types.FrameType, types.TracebackType, BaseException))
+            or type(o).__name__ in ("_Session", "Plan")]
+    assert not held, f"{len(held)} frames, tracebacks, endings or sessions left in cycles: {held[:5]}"
 
 
 def test_replay_against_a_history_the_module_did_not_write_is_nondeterminism() -> None:

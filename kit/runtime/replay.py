@@ -326,7 +326,16 @@ def execute(
             session.memory = session.store = None
             _current = None
             store.close()
-    stop = session.stop
+    stop, session.stop = session.stop, None
+    _conclude(plan, stop, raised, fuel)
+    _forget_frames(stop, raised)
+    _consume_stale(plan, recorded, inputs)
+    return plan
+
+
+def _conclude(plan: Plan, stop: BaseException | None, raised: BaseException | None, fuel: int) -> None:
+    """Record how the execution ended in ``plan``: the ending the host chose (``stop``), else what the
+    module's call raised; an exception that is neither the module's nor an ending is re-raised."""
     if isinstance(stop, _Suspend):
         plan.status = RunStatus.BLOCKED
     elif isinstance(stop, _End):
@@ -344,8 +353,23 @@ def execute(
         _fail(plan, "trap", _first_line(str(raised), None))
     else:
         raise raised  # a host bug, not the module's fault: never recorded as the run's end
-    _consume_stale(plan, recorded, inputs)
-    return plan
+
+
+def _forget_frames(*endings: BaseException | None) -> None:
+    """Drop what an ending's traceback holds, once the ending is recorded in the plan.
+
+    An ending is an exception raised by a frame that still holds it (``halt``'s ``reason``,
+    wasmtime's ``maybe_raise_last_exn``'s ``exn``), so its traceback and those frames form a
+    reference cycle holding the session, the plan and wasmtime's ctypes values. Only the cyclic
+    collector frees such cycles, and it runs rarely once the heap is large: a long stress run's
+    checking replays thousands of executions and held megabytes of them until then. A host bug
+    is re-raised by :func:`_conclude` before this runs and keeps its traceback.
+    """
+    for ending in endings:
+        while ending is not None:
+            context = ending.__context__
+            ending.__traceback__ = ending.__context__ = None
+            ending = context
 
 
 def _first_line(message: str, code: object) -> str:
