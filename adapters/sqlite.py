@@ -24,6 +24,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -167,24 +168,40 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 class _Session:
-    """The kill switch of one store's connection, checked before each of its statements."""
+    """The kill switch of one store's connection, checked before each of its statements.
+
+    The store holds its session (its statement hook and ``kill_switch``); the session refers back
+    to the store weakly, so a store nobody uses any more is freed when dropped, not left in a
+    reference cycle (with its connection) until the cyclic collector runs.
+    """
 
     def __init__(self, statement_hook: StatementHook | None) -> None:
         self.statement_hook = statement_hook
-        self.store: SqlStore | None = None
+        self._store: weakref.ref[SqlStore] | None = None
         self.killed = threading.Event()
+
+    @property
+    def store(self) -> SqlStore | None:
+        return None if self._store is None else self._store()
+
+    @store.setter
+    def store(self, store: SqlStore) -> None:
+        self._store = weakref.ref(store)
 
     def kill(self) -> None:
         self.killed.set()
-        if self.store is not None:
-            self.store._conn.raw.interrupt()  # thread-safe: aborts a running statement, if any
+        store = self.store
+        if store is not None:
+            store._conn.raw.interrupt()  # thread-safe: aborts a running statement, if any
 
     def hook(self, statement: str) -> None:
         if self.statement_hook is not None:
             self.statement_hook(statement)
-        if self.killed.is_set() and self.store is not None:
-            self.store._conn.raw.close()  # in the connection's own thread: safe; rolls back
-            raise ConnectionLost("the SQLite connection was ended (kill_session): reopen the store")
+        if self.killed.is_set():
+            store = self.store
+            if store is not None:
+                store._conn.raw.close()  # in the connection's own thread: safe; rolls back
+                raise ConnectionLost("the SQLite connection was ended (kill_session): reopen the store")
 
 
 class SqliteDatabase:
