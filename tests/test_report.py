@@ -79,6 +79,20 @@ def test_a_run_writes_four_files_and_its_journal(tmp_path: Path) -> None:
     assert run["counts"] == {"failed": 2, "passed": 2, "skipped": 1, "xfailed": 1}
 
 
+def test_results_json_is_streamed_to_disk_as_json_dumps_would_write_it(tmp_path: Path) -> None:
+    # json.dumps with an indent holds one small string per token (about 9x the file) before the write;
+    # a long stress run's report is written piece by piece instead, with the same bytes.
+    from kit.report._atomic import write_atomic
+    from kit.report.load import read_journal
+
+    folder = _write(tmp_path)
+    expected = json.dumps(read_journal(folder).to_json(), indent=1, ensure_ascii=False, default=str) + "\n"
+    assert (folder / "results.json").read_text(encoding="utf-8") == expected
+    write_atomic(tmp_path / "pieces.txt", iter(["one ", "file, ", "in pieces"]))
+    assert (tmp_path / "pieces.txt").read_text(encoding="utf-8") == "one file, in pieces"
+    assert not list(tmp_path.glob(".pieces.txt.*")), "the temporary file was left behind"
+
+
 def test_no_password_reaches_any_file(tmp_path: Path) -> None:
     folder = _write(tmp_path)
     text = _all_text(folder)

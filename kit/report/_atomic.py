@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,10 +22,11 @@ def _file_mode() -> int:
 _MODE = _file_mode()
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
     """Write ``text`` to ``path`` so that a reader (or a crash) sees the old file or the new one, never half.
 
-    The text goes to a temporary file in the same folder, is flushed and
+    The text (a string, or its pieces in order, e.g. ``JSONEncoder.iterencode``'s, so a large file
+    is never one string in memory) goes to a temporary file in the same folder, is flushed and
     fsynced, then renamed over ``path``.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +34,10 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         os.chmod(tmp, _MODE)  # mkstemp makes 0600; a report is meant to be read by others
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
