@@ -308,6 +308,47 @@ def test_checking_keeps_a_bounded_number_of_operations_and_run_states_alive(
     del index
 
 
+def test_the_garbage_of_one_checking_phase_is_gone_before_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Garbage only the cyclic collector frees (and CPython's free lists, emptied by the same full
+    # collection) would otherwise carry one phase's memory into the next one's peak: the collector
+    # runs rarely once a long workload made the heap large.
+    import weakref
+
+    from kit.checkers import spill
+
+    history = tmp_path / "h.jsonl"
+    like = long_history(history, 4)
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    left: list[weakref.ref[Cycle]] = []
+    alive_at_index: list[bool] = []
+    real = spill.SpilledIndex.from_history.__func__  # type: ignore[attr-defined]
+
+    def reading(where: Path) -> FinalState:
+        left.append(weakref.ref(Cycle()))  # what reading the state left behind, in a cycle
+        return _spill_state(where, _states(4), like)
+
+    def indexing(cls: type[spill.SpilledIndex], path: Path, db_path: Path) -> spill.SpilledIndex:
+        alive_at_index.append(left[0]() is not None)
+        return real(cls, path, db_path)
+
+    monkeypatch.setattr(spill.SpilledIndex, "from_history", classmethod(indexing))
+    enabled = gc.isenabled()
+    gc.disable()  # as if the collector's thresholds were far away, as they are after a long workload
+    try:
+        verdicts = check_stress(history, reading)
+    finally:
+        if enabled:
+            gc.enable()
+    assert {v.status for v in verdicts} == {Status.VALID}
+    assert alive_at_index == [False], "the state read's garbage was still alive when indexing began"
+
+
 # -- the final state, read to disk ---------------------------------------------------------------------
 class _Breaking:
     """A store whose second history read fails (a connection lost halfway through a tenant)."""
