@@ -100,6 +100,7 @@ def check_stress(history: Path, read_state: Callable[[Path], FinalState], regist
     """
     from kit.checkers.spill import SpilledIndex, SpilledRuns
 
+    _between_phases()  # the workload's leftovers first
     with tempfile.TemporaryDirectory(prefix=".check-", dir=history.parent) as scratch:
         state = read_state(Path(scratch) / "state.sqlite")
         _between_phases()
@@ -115,8 +116,8 @@ def check_stress(history: Path, read_state: Callable[[Path], FinalState], regist
 
 
 def _between_phases() -> None:
-    """A full collection between the phases of a check, so a phase does not start on top of the last
-    one's leftovers: CPython keeps up to 2000 freed tuples of each size (20 sizes, up to about 4.5 MB)
+    """A full collection before each phase of a check (and after the last), so a phase does not start on
+    top of the last one's leftovers: CPython keeps up to 2000 freed tuples of each size (20 sizes, up to about 4.5 MB)
     in free lists that only a full collection empties, and the last phase's cyclic garbage (a
     workload's crashed sessions) waits for one too. Reading a long run's state filled them with 1.5 MB
     that the checkers' peak then sat on."""

@@ -186,10 +186,8 @@ def _check_seconds(backend: str, per_check: bool, baseline: str | None = None,
 
 
 STRESS_ROUNDS = 3
-"""Pairs of (1x, 10x) stress runs for the memory goal; the goal is the median pair's ratio. One pair
-decided it before, while checking's peak still moved with when the cyclic collector happened to run
-(4.6 to 9.6 MiB for the same settings: every replay was a reference cycle, and the free lists a long
-state read filled were counted); each run still records its own history, so pairs still differ a little."""
+"""Pairs of (1x, 10x) stress runs for the memory goal; the goal is the median pair's ratio, so no one
+pair decides it: each run records its own history, so pairs differ a little."""
 
 
 def _stress_memory(rounds: int = STRESS_ROUNDS,

@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import resource
 import subprocess
@@ -150,10 +149,8 @@ def _child_memory(spec: str, seconds: float, workers: int, runs: int) -> dict[st
     def progress(p: Progress) -> None:
         if p.phase == "check" and "workload_kb" not in peaks:
             peaks["workload_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            # a full collection first: the workload's garbage and the free lists it filled (up to
-            # 2000 tuples of each size) would otherwise serve or free part of checking's memory
-            # unseen, more or less depending on when the collector last ran
-            gc.collect()
+            # check_stress begins with a full collection (the workload's garbage, the free lists it
+            # filled), so both runs' checking starts from the same allocator state
             tracemalloc.start()
 
     backend = resolve(spec)
