@@ -261,7 +261,7 @@ def _in_shard(position: int, shard: Shard) -> bool:
 
 def machine_mode(config: pytest.Config, backend: Backend) -> str:
     """``reference`` or ``model-free``: the fault machine this session runs against ``backend``."""
-    from kit.machines.model_free import choose_machine
+    from kit.machines.choice import choose_machine
 
     requested = config.getoption("kit_machine", None) or os.environ.get("KIT_MACHINE") or "auto"
     try:

@@ -9,24 +9,30 @@
 * :func:`run_workload` / :func:`run_scenarios` -- what ``kit run`` does.
 """
 
-from kit.runtime.decider import Decider
-from kit.runtime.determinism import ReplayCheck, check_replay
-from kit.runtime.driver import RunReport, pick_scenarios, run_scenarios, run_workload
-from kit.runtime.module import (
-    DigestMismatch,
-    Registry,
-    UnknownWorkflow,
-    WorkflowLoadError,
-    WorkflowModule,
-    load_workflows,
-    workflows_dir,
-)
-from kit.runtime.replay import Inputs, Plan, execute
-from kit.runtime.scenarios import HANDLERS, SCENARIOS, Scenario
-from kit.runtime.service import Runtime, RuntimeConfig
-from kit.runtime.stats import RuntimeStats
-from kit.runtime.timers import TimerLoop
-from kit.runtime.worker import CommandContext, CommandError, CommandWorker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kit.runtime.decider import Decider
+    from kit.runtime.determinism import ReplayCheck, check_replay
+    from kit.runtime.driver import RunReport, pick_scenarios, run_scenarios, run_workload
+    from kit.runtime.module import (
+        DigestMismatch,
+        Registry,
+        UnknownWorkflow,
+        WorkflowLoadError,
+        WorkflowModule,
+        load_workflows,
+        workflows_dir,
+    )
+    from kit.runtime.replay import Inputs, Plan, execute
+    from kit.runtime.scenarios import HANDLERS, SCENARIOS, Scenario
+    from kit.runtime.service import Runtime, RuntimeConfig
+    from kit.runtime.stats import RuntimeStats
+    from kit.runtime.timers import TimerLoop
+    from kit.runtime.worker import CommandContext, CommandError, CommandWorker
 
 __all__ = [
     "HANDLERS",
@@ -57,3 +63,44 @@ __all__ = [
     "run_workload",
     "workflows_dir",
 ]
+
+_HOMES: dict[str, str] = {
+    "CommandContext": "kit.runtime.worker",
+    "CommandError": "kit.runtime.worker",
+    "CommandWorker": "kit.runtime.worker",
+    "Decider": "kit.runtime.decider",
+    "DigestMismatch": "kit.runtime.module",
+    "HANDLERS": "kit.runtime.scenarios",
+    "Inputs": "kit.runtime.replay",
+    "Plan": "kit.runtime.replay",
+    "Registry": "kit.runtime.module",
+    "ReplayCheck": "kit.runtime.determinism",
+    "RunReport": "kit.runtime.driver",
+    "Runtime": "kit.runtime.service",
+    "RuntimeConfig": "kit.runtime.service",
+    "RuntimeStats": "kit.runtime.stats",
+    "SCENARIOS": "kit.runtime.scenarios",
+    "Scenario": "kit.runtime.scenarios",
+    "TimerLoop": "kit.runtime.timers",
+    "UnknownWorkflow": "kit.runtime.module",
+    "WorkflowLoadError": "kit.runtime.module",
+    "WorkflowModule": "kit.runtime.module",
+    "check_replay": "kit.runtime.determinism",
+    "execute": "kit.runtime.replay",
+    "load_workflows": "kit.runtime.module",
+    "pick_scenarios": "kit.runtime.driver",
+    "run_scenarios": "kit.runtime.driver",
+    "run_workload": "kit.runtime.driver",
+    "workflows_dir": "kit.runtime.module",
+}
+"""Where each public name lives: imported on first use, so ``import kit.runtime.<module>`` (or a command that
+never runs a workflow) does not load wasmtime and every loop."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

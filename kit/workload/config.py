@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from kit.contract import Capabilities, Capability, Database
 from kit.contract.errors import ConfigurationError
 from kit.faults.nemesis import ALL_FAULTS, FaultKind
-from kit.runtime.module import Registry
 from kit.runtime.scenarios import SCENARIOS
 from kit.workload.history import Recorder
 
 if TYPE_CHECKING:
+    from kit.runtime.module import Registry
     from kit.workload.virtual import Virtual
 
 __all__ = ["DEFAULT_SCENARIOS", "MODES", "Context", "StressConfig"]
