@@ -75,6 +75,16 @@ def check_keyword(keyword: str) -> None:
         ) from None
 
 
+def _plugins(extra_args: Sequence[str]) -> list[str]:
+    """The only pytest plugins a suite run loads: the kit's, Hypothesis's, and pytest-xdist's when the run is
+    spread over workers (``-n``). Plugins installed beside the kit (coverage, timeouts, reordering...) are
+    not auto-loaded: they would change how checks run, and importing them is paid by every ``kit check``."""
+    names = ["kit.pytest_plugin", "_hypothesis_pytestplugin"]
+    if "-n" in extra_args or any(str(a).startswith("--numprocesses") for a in extra_args):
+        names += ["xdist.plugin", "xdist.looponfail"]
+    return ["--disable-plugin-autoload", *(arg for name in names for arg in ("-p", name))]
+
+
 def run_suite(
     backend: Backend,
     keyword: str | None = None,
@@ -94,6 +104,7 @@ def run_suite(
         str(target),
         "-c", str(_HERE / "_pytest.ini"),
         "--rootdir", str(_HERE),
+        *_plugins(extra_args),
         "-p", "no:cacheprovider",
         "-p", "no:terminal",
         "-p", "no:randomly",
