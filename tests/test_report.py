@@ -93,6 +93,46 @@ def test_results_json_is_streamed_to_disk_as_json_dumps_would_write_it(tmp_path:
     assert not list(tmp_path.glob(".pieces.txt.*")), "the temporary file was left behind"
 
 
+def test_index_html_is_streamed_piece_by_piece_with_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stress run's timeline is thousands of SVG elements: the page used to be built whole (and copied
+    # into its template twice) before the write; now no piece written holds more than one lane's line.
+    from kit.report import render
+    from kit.report.html import html_pieces, render_html
+    from kit.report.model import Report, RunRecord, TimelineEvent
+
+    events = [TimelineEvent(f"w{i % 4}", i / 100, "commit" if i % 2 else "claim", i / 100 + 0.005, f"commit run-{i} ok")
+              for i in range(3000)]
+    report = Report(name="r", kind="stress", runs=[RunRecord(id="s", meta={"label": "stress"}, events=events)])
+    written: dict[str, object] = {}
+    real_write = render.write_atomic
+
+    def spy(path: Path, text: object) -> None:
+        if path.name == "index.html":
+            pieces = [text] if isinstance(text, str) else list(text)  # type: ignore[call-overload]
+            written["pieces"] = pieces
+            text = iter(pieces)
+        real_write(path, text)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(render, "write_atomic", spy)
+    page = render.render_all(report, tmp_path)
+    pieces: list[str] = written["pieces"]  # type: ignore[assignment]
+    whole = "".join(pieces)
+    assert page.read_text(encoding="utf-8") == whole == render_html(report) == "".join(html_pieces(report))
+    assert whole.count("<rect ") == 3000 + 2  # every event, and the legend's two swatches (claim, commit)
+    largest = max(len(piece) for piece in pieces)
+    assert largest < len(whole) / 20, f"one piece holds {largest} of the page's {len(whole)} characters"
+
+
+def test_timeline_events_read_back_share_their_worker_and_kind_and_have_no_dict() -> None:
+    from kit.report.model import TimelineEvent
+
+    raw = json.loads(json.dumps([{"worker": "decider-1", "start": 0.5, "kind": "commit", "label": f"e{i}"}
+                                 for i in range(2)]))
+    first, second = (TimelineEvent.from_json(item) for item in raw)
+    assert first.worker is second.worker and first.kind is second.kind
+    assert not hasattr(first, "__dict__")
+
+
 def test_no_password_reaches_any_file(tmp_path: Path) -> None:
     folder = _write(tmp_path)
     text = _all_text(folder)

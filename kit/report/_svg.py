@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from html import escape
 
 from kit.report.model import TimelineEvent
@@ -154,6 +154,12 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], x_un
 
 def timeline_chart(lanes: Sequence[tuple[str, Sequence[TimelineEvent]]], title: str) -> str:
     """One lane per worker; spans for events with an end, ticks for instants; colour by kind."""
+    return "".join(timeline_pieces(lanes, title))
+
+
+def timeline_pieces(lanes: Sequence[tuple[str, Sequence[TimelineEvent]]], title: str) -> Iterator[str]:
+    """:func:`timeline_chart` in pieces, one per event, for a writer that streams them: the chart is never
+    held whole (a stress run's timeline is thousands of events, a merged report's many times that)."""
     width, left, right, top, lane = 760, 110, 40, 34, 22
     height = top + lane * len(lanes) + 34
     events = [e for _, evs in lanes for e in evs]
@@ -167,26 +173,25 @@ def timeline_chart(lanes: Sequence[tuple[str, Sequence[TimelineEvent]]], title: 
         return left + (t - t0) / ((t1 - t0) or 1.0) * pw
 
     kinds = sorted({e.kind for e in events})
-    out = [_open_svg(width, height, title),
-           _legend([(k, EVENT_COLOURS.get(k, colour(i + 6))) for i, k in enumerate(kinds)], left, 16)]
+    yield _open_svg(width, height, title)
+    yield _legend([(k, EVENT_COLOURS.get(k, colour(i + 6))) for i, k in enumerate(kinds)], left, 16)
     for tick in ticks:
-        out.append(f'<line x1="{sx(tick):.1f}" y1="{top - 4}" x2="{sx(tick):.1f}" y2="{height - 26}" stroke="#eee"/>'
-                   f'<text x="{sx(tick):.1f}" y="{height - 12}" text-anchor="middle" {_FONT}>{_fmt(tick)}</text>')
-    out.append(f'<text x="{width - 4}" y="{height - 12}" text-anchor="end" {_FONT}>s</text>')
+        yield (f'<line x1="{sx(tick):.1f}" y1="{top - 4}" x2="{sx(tick):.1f}" y2="{height - 26}" stroke="#eee"/>'
+               f'<text x="{sx(tick):.1f}" y="{height - 12}" text-anchor="middle" {_FONT}>{_fmt(tick)}</text>')
+    yield f'<text x="{width - 4}" y="{height - 12}" text-anchor="end" {_FONT}>s</text>'
     for row, (worker, evs) in enumerate(lanes):
         y = top + row * lane
-        out.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" {_FONT}>{escape(worker)}</text>'
-                   f'<line x1="{left}" y1="{y + lane - 2}" x2="{width - right}" y2="{y + lane - 2}" stroke="#f3f3f3"/>')
+        yield (f'<text x="{left - 6}" y="{y + 14}" text-anchor="end" {_FONT}>{escape(worker)}</text>'
+               f'<line x1="{left}" y1="{y + lane - 2}" x2="{width - right}" y2="{y + lane - 2}" stroke="#f3f3f3"/>')
         for event in evs:
             fill = EVENT_COLOURS.get(event.kind, colour(kinds.index(event.kind) + 6))
             tip = f"{worker} · {event.kind}" + (f" · {event.label}" if event.label else "") + \
                   f" at {_fmt(event.start)} s" + (f"–{_fmt(event.end)} s" if event.end is not None else "")
             if event.end is not None and event.end > event.start:
                 w = max(sx(event.end) - sx(event.start), 1.0)
-                out.append(f'<rect x="{sx(event.start):.1f}" y="{y + 3}" width="{w:.1f}" height="{lane - 8}" '
-                           f'fill="{fill}" opacity="0.85"><title>{escape(tip)}</title></rect>')
+                yield (f'<rect x="{sx(event.start):.1f}" y="{y + 3}" width="{w:.1f}" height="{lane - 8}" '
+                       f'fill="{fill}" opacity="0.85"><title>{escape(tip)}</title></rect>')
             else:
-                out.append(f'<rect x="{sx(event.start) - 1:.1f}" y="{y}" width="3" height="{lane - 2}" '
-                           f'fill="{fill}"><title>{escape(tip)}</title></rect>')
-    out.append("</svg>")
-    return "".join(out)
+                yield (f'<rect x="{sx(event.start) - 1:.1f}" y="{y}" width="3" height="{lane - 2}" '
+                       f'fill="{fill}"><title>{escape(tip)}</title></rect>')
+    yield "</svg>"

@@ -13,14 +13,15 @@ empty state when they recorded none).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from html import escape
 
 from kit.contract.sections import section_of
-from kit.report._svg import bar_chart, colour, line_chart, timeline_chart
+from kit.report._svg import bar_chart, colour, line_chart, timeline_pieces
 from kit.report.matrix import area_matrix, areas, check_rows
 from kit.report.model import NOT_PROMISED, Report, RunRecord, Series, TimelineEvent, not_promised_of
 
-__all__ = ["render_html"]
+__all__ = ["html_pieces", "render_html"]
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
@@ -255,8 +256,9 @@ def _series_plots(report: Report) -> str:
     return "".join(parts)
 
 
-def _timelines(report: Report) -> str:
-    parts = []
+def _timelines(report: Report) -> Iterator[str]:
+    """The per-worker timelines, in pieces (see :func:`~kit.report._svg.timeline_pieces`)."""
+    shown = False
     for run in report.runs:
         if not run.events:
             continue
@@ -264,12 +266,13 @@ def _timelines(report: Report) -> str:
         for event in run.events:
             lanes[event.worker].append(event)
         ordered = sorted(lanes.items())
-        parts.append(f'<h3>{_e(run.label)}</h3><div class="plot-timeline">'
-                     + timeline_chart(ordered, f"{run.label}: per-worker timeline") + "</div>")
-    if not parts:
-        return ('<p class="empty" id="no-timeline">No worker timelines in this report: '
-                "<code>kit stress</code> runs record claims, commits and injected faults per worker.</p>")
-    return "".join(parts)
+        yield f'<h3>{_e(run.label)}</h3><div class="plot-timeline">'
+        yield from timeline_pieces(ordered, f"{run.label}: per-worker timeline")
+        yield "</div>"
+        shown = True
+    if not shown:
+        yield ('<p class="empty" id="no-timeline">No worker timelines in this report: '
+               "<code>kit stress</code> runs record claims, commits and injected faults per worker.</p>")
 
 
 def _versions(runs: list[RunRecord]) -> str:
@@ -285,6 +288,12 @@ def _versions(runs: list[RunRecord]) -> str:
 
 def render_html(report: Report) -> str:
     """The self-contained HTML page of ``report``."""
+    return "".join(html_pieces(report))
+
+
+def html_pieces(report: Report) -> Iterator[str]:
+    """:func:`render_html`'s page in order, in pieces: a writer streams them to its file, so the page (a
+    stress run's timeline alone is thousands of SVG elements) is never held whole in memory."""
     labels = ", ".join(run.label for run in report.runs) or report.name
     banner = ""
     if not report.complete:
@@ -292,7 +301,12 @@ def render_html(report: Report) -> str:
         banner = (f'<div class="banner" id="incomplete"><b>Incomplete report.</b> A run stopped before its end; '
                   f"the results shown are those recorded until then. ({_e(reasons)})</div>")
     notes = "".join(f'<div class="banner">note: {_e(note)}</div>' for note in report.notes)
-    body = f"""
+    yield (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+           f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+           f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+           f'<link rel="icon" href="data:,"><title>kit report: {_e(labels)}</title>'
+           f"<style>{_CSS}</style><script>{_JS}</script></head><body>")
+    yield f"""
 <header><h1>kit report: {_e(labels)} {_state_badge(report)}</h1>
 <div class="muted">{_e(report.kind)} report generated {_e(report.created_at)} · {len(report.runs)} run(s)</div></header>
 <main>{banner}{notes}
@@ -304,11 +318,8 @@ def render_html(report: Report) -> str:
 <section><h2>Skipped and expected failures</h2>{_skips(report)}</section>
 <section><h2>Durations per contract area</h2>{_durations(report)}</section>
 <section id="stress"><h2>Latency and throughput</h2>{_series_plots(report)}
-<h2>Per-worker timelines</h2>{_timelines(report)}</section>
+<h2>Per-worker timelines</h2>"""
+    yield from _timelines(report)
+    yield f"""</section>
 <section><h2>Versions</h2>{_versions(report.runs)}</section>
-</main>"""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<link rel="icon" href="data:,"><title>kit report: {_e(labels)}</title>'
-            f"<style>{_CSS}</style><script>{_JS}</script></head><body>{body}</body></html>\n")
+</main></body></html>\n"""

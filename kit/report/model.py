@@ -8,6 +8,7 @@ report whose runs are theirs, so merges merge again.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -106,12 +107,15 @@ class Series:
                    [(float(x), float(y)) for x, y in data.get("points", [])], str(data.get("x_unit", "s")))
 
 
-@dataclass
+@dataclass(slots=True)
 class TimelineEvent:
     """Something one worker did or suffered, from ``start`` to ``end`` (None: an instant), in run seconds.
 
     ``kind`` is free text; the HTML colours ``claim``, ``commit``, ``complete``,
     ``heartbeat`` and ``fault`` consistently.
+
+    A report holds thousands (a stress run's timeline, more in a merged report): the events have no
+    ``__dict__``, and the few worker names and kinds read back are shared, not one string per event.
     """
 
     worker: str
@@ -126,7 +130,7 @@ class TimelineEvent:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TimelineEvent:
         end = data.get("end")
-        return cls(str(data["worker"]), float(data["start"]), str(data.get("kind", "")),
+        return cls(sys.intern(str(data["worker"])), float(data["start"]), sys.intern(str(data.get("kind", ""))),
                    None if end is None else float(end), str(data.get("label", "")))
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from kit.report._atomic import write_atomic
-from kit.report.html import render_html
+from kit.report.html import html_pieces
 from kit.report.junit import render_junit
 from kit.report.markdown import render_summary
 from kit.report.model import HTML, JUNIT, RESULTS, SUMMARY, Report
@@ -28,5 +28,5 @@ def render_all(report: Report, folder: Path | str, junit: bool = True) -> Path:
     write_atomic(target / SUMMARY, render_summary(report))
     if junit:
         write_atomic(target / JUNIT, render_junit(report))
-    write_atomic(target / HTML, render_html(report))
+    write_atomic(target / HTML, html_pieces(report))  # streamed too: its timelines are thousands of elements
     return target / HTML
