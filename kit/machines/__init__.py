@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kit.lazy import lazy_names
 
 if TYPE_CHECKING:
     from kit.machines.interpreter import Divergence, Interpreter, StepRecord
@@ -22,10 +23,4 @@ _HOMES: dict[str, str] = {
 does not load the interpreter, the reference engine and Hypothesis with it."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)

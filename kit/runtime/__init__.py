@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kit.lazy import lazy_names
 
 if TYPE_CHECKING:
     from kit.runtime.decider import Decider
@@ -97,10 +98,4 @@ _HOMES: dict[str, str] = {
 never runs a workflow) does not load wasmtime and every loop."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
