@@ -8,7 +8,7 @@ from html import escape
 
 from kit.report.model import TimelineEvent
 
-__all__ = ["EVENT_COLOURS", "PALETTE", "bar_chart", "colour", "line_chart", "nice_ticks", "timeline_chart"]
+__all__ = ["EVENT_COLOURS", "PALETTE", "bar_chart", "colour", "line_chart", "nice_ticks", "timeline_pieces"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -152,14 +152,10 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], x_un
     return "".join(out)
 
 
-def timeline_chart(lanes: Sequence[tuple[str, Sequence[TimelineEvent]]], title: str) -> str:
-    """One lane per worker; spans for events with an end, ticks for instants; colour by kind."""
-    return "".join(timeline_pieces(lanes, title))
-
-
 def timeline_pieces(lanes: Sequence[tuple[str, Sequence[TimelineEvent]]], title: str) -> Iterator[str]:
-    """:func:`timeline_chart` in pieces, one per event, for a writer that streams them: the chart is never
-    held whole (a stress run's timeline is thousands of events, a merged report's many times that)."""
+    """One lane per worker; spans for events with an end, ticks for instants; colour by kind. In pieces, one
+    per event, for a writer that streams them: the chart is never held whole (a stress run's timeline is
+    thousands of events, a merged report's many times that)."""
     width, left, right, top, lane = 760, 110, 40, 34, 22
     height = top + lane * len(lanes) + 34
     events = [e for _, evs in lanes for e in evs]
