@@ -413,3 +413,45 @@ def test_the_final_state_read_to_disk_is_the_final_state_read_in_memory(tmp_path
     finally:
         database.drop()
         backend.close()
+
+
+def test_a_run_state_is_its_entities_as_dicts_sharing_only_the_values_that_cannot_change() -> None:
+    # ``dataclasses.asdict`` deep-copied every leaf of every run read (datetimes, text, enums): the
+    # state read's time and, through CPython's free lists, most of a long run's checking peak.
+    from dataclasses import asdict
+
+    from kit.backends import resolve
+    from kit.checkers.state import read_run
+    from kit.contract import ClockMode
+    from kit.runtime.module import load_workflows
+    from kit.runtime.scenarios import SCENARIOS
+
+    backend, registry = resolve("memory"), load_workflows()
+    database = backend.provision()
+    try:
+        store = database.open("t0", clock=ClockMode.DATABASE)
+        store.migrate()
+        registry.register(store)
+        scenario = SCENARIOS["approval"]
+        data = scenario.make_input(1)
+        store.start_run("t0-approval-000001", registry[scenario.workflow].ref, data, idempotency_key="k")
+        for name, payload in scenario.signals(data):
+            store.send_signal("t0-approval-000001", name, payload, f"{name}-1")
+        run = store.get_run("t0-approval-000001")
+        assert run is not None and isinstance(run.input, dict)
+        state = read_run(store, run)
+        signals = store.list_signals(run.run_id)
+        assert signals, "the scenario sends a signal"
+        assert state["run"] == asdict(run)
+        assert state["history"] == [asdict(e) for e in store.get_history(run.run_id)]
+        assert state["signal_rows"] == [asdict(s) for s in signals]
+        assert state["signals"] == {s.dedup_key: {k: v for k, v in asdict(s).items() if k != "signal_id"}
+                                    for s in signals}
+        assert state["run"]["created_at"] is run.created_at  # a datetime cannot change: shared, not copied
+        assert state["run"]["run_id"] is run.run_id
+        assert state["run"]["input"] == run.input and state["run"]["input"] is not run.input  # JSON can: detached
+        assert state["run"]["definition"] == asdict(run.definition)
+        store.close()
+    finally:
+        database.drop()
+        backend.close()

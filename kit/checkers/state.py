@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kit.contract import ClockMode, Database, Storage, iter_pages
+from kit.inspect import as_dict
 
 __all__ = ["FinalState", "read_final_state", "read_run"]
 
@@ -48,7 +49,7 @@ class FinalState:
 
 
 def _row(obj: Any, drop: str) -> dict[str, Any]:
-    row = asdict(obj)
+    row = as_dict(obj)
     row.pop(drop, None)
     return row
 
@@ -59,16 +60,16 @@ def read_run(store: Storage, run: Any) -> dict[str, Any]:
     signals = store.list_signals(run.run_id)
     timers = store.list_timers(run.run_id)
     return {
-        "run": asdict(run),
-        "history": [asdict(e) for e in store.get_history(run.run_id)],
+        "run": as_dict(run),
+        "history": [as_dict(e) for e in store.get_history(run.run_id)],
         "commands": {c.operation_key: _row(c, "command_id") for c in commands},
         "signals": {s.dedup_key: _row(s, "signal_id") for s in signals},
         "timers": {t.operation_key: _row(t, "timer_id") for t in timers},
         "raw_keys": {"signals": [s.dedup_key for s in signals], "commands": [c.operation_key for c in commands],
                      "timers": [t.operation_key for t in timers]},
-        "command_rows": [asdict(c) for c in commands],
-        "signal_rows": [asdict(s) for s in signals],
-        "timer_rows": [asdict(t) for t in timers],
+        "command_rows": [as_dict(c) for c in commands],
+        "signal_rows": [as_dict(s) for s in signals],
+        "timer_rows": [as_dict(t) for t in timers],
     }
 
 
