@@ -218,6 +218,48 @@ BROKEN: dict[int, Callable[[World, FinalState], None]] = {
 }
 
 
+def _key_held_by_two_runs(w: World, s: FinalState) -> None:
+    other = _run_state()
+    other["run"].update(run_id="t0-x-000009")  # idempotency key x-1, as RUN's
+    s.tenants[TENANT]["t0-x-000009"] = other
+
+
+def _signal_committed_twice(w: World, s: FinalState) -> None:
+    w.op("client~dup", "signal", {"name": "go", "dedup": "go-1", "payload": None},
+         {"outcome": "committed", "signal": "7"}, run=RUN)
+
+
+def _refused_signal_stored(w: World, s: FinalState) -> None:
+    for _ in range(2):
+        w.op("client", "signal", {"name": "go", "dedup": "go-9", "payload": None}, "run_terminal", kind="fail", run=RUN)
+    stored = dict(s.tenants[TENANT][RUN]["signals"]["go-1"], signal_id="9", dedup_key="go-9", status="pending")
+    s.tenants[TENANT][RUN]["signals"]["go-9"] = stored
+
+
+CROSS_RUN: dict[str, tuple[int, Callable[[World, FinalState], None], str]] = {
+    "key held by two runs": (6, _key_held_by_two_runs, ("holds 2 runs (t0-x-000001, t0-x-000009) for the one "
+                                                        "idempotency key 'x-1'")),
+    "two starts created": (6, _two_created_starts, "two starts with idempotency key 'x-1'"),
+    "signal committed twice": (6, _signal_committed_twice, ("two sends of signal 'go-1' to run t0-x-000001 were "
+                                                           "both answered committed")),
+    "refused signal stored": (7, _refused_signal_stored, ("signal 'go-9' to run t0-x-000001 was refused every time "
+                                                         "(Counter({'run_terminal': 2})) yet it is stored")),
+    "timer fired twice": (5, _timer_fired_twice, "timer 1 (tenant t0) fired twice"),
+    "foreign run seen": (10, _foreign_run_seen, "exists only in another tenant"),
+}
+"""Broken worlds whose contradiction spans runs or operations far apart (the checkers' cross-run groups):
+name -> (invariant, how to break the valid world, what the verdict must say)."""
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_RUN))
+def test_each_cross_run_contradiction_is_named(name: str) -> None:
+    invariant, breaking, sentence = CROSS_RUN[name]
+    world, state = valid_world()
+    breaking(world, state)
+    verdict = verdicts(world, state)[invariant]
+    assert verdict.status is Status.INVALID and sentence in verdict.explanation, verdict.explanation
+
+
 @pytest.mark.parametrize("invariant", sorted(BROKEN))
 def test_each_checker_catches_its_broken_world(invariant: int) -> None:
     world, state = valid_world()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from kit.clock import from_micros
 from kit.workload.history import history_digest
 from tests.test_stress_checkers import (
     BROKEN,
+    CROSS_RUN,
     DIGEST,
     EVENTS,
     LEASE,
@@ -103,6 +105,19 @@ def test_every_broken_world_gets_the_same_verdicts_on_both_paths(invariant: int,
     if invariant:
         assert {v.invariant: v for v in new}[invariant].status is Status.INVALID
     assert not list(tmp_path.glob(".check-*")), "the scratch folder is removed"
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_RUN))
+def test_every_cross_run_contradiction_gets_the_same_verdicts_on_both_paths(name: str, tmp_path: Path) -> None:
+    invariant, breaking, sentence = CROSS_RUN[name]
+    world, state = valid_world()
+    breaking(world, state)
+    history = tmp_path / "history.jsonl"
+    _write(history, copy.deepcopy(world.entries))
+    old = _in_memory(history, state)
+    new = _spilled(history, state.runs, state)
+    assert _json(new) == _json(old)
+    assert sentence in {v.invariant: v for v in new}[invariant].explanation
 
 
 # -- a long synthetic history: many runs, a few open at a time -------------------------------------------
@@ -240,17 +255,26 @@ def _group(runs: Iterator[tuple[str, str, dict[str, Any]]]) -> dict[str, dict[st
     return out
 
 
+def _cursor_registry(o: Any) -> bool:
+    """sqlite3's list of weak references to a connection's cursors (CPython prunes it every 200 cursors)."""
+    return type(o) is list and bool(o) and isinstance(o[0], weakref.ref)
+
+
 class _Live:
     """The most operations and run states alive at once, sampled every ``every`` operations decoded or kept,
     beyond those alive when sampling began (what earlier tests in this process still hold is not the check's)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, every: int = 150) -> None:
-        self.ops = self.states = self.seen = 0
+        self.ops = self.states = self.seen = self.largest = 0
         self.every = every
         self._before = (0, 0)
+        self._existing: list[Any] = []
         self.count()
-        self._before, self.ops, self.states = (self.ops, self.states), 0, 0
-        decode, grant, keep = spill._op, spill._grant, spill.SpilledIndex._keep
+        self._before, self.ops, self.states, self.largest = (self.ops, self.states), 0, 0, 0
+        self._existing = gc.get_objects()  # held, so no container made later can reuse one's id
+        self._existing_ids = {id(o) for o in self._existing} | {id(self._existing)}
+        self._existing_ids.add(id(self._existing_ids))
+        decode, grant, keep, run = spill._op, spill._grant, spill.SpilledIndex._keep, SpilledRuns.run
 
         def counting_decode(data: bytes) -> Op:
             self.sample()
@@ -264,9 +288,14 @@ class _Live:
             self.sample()
             keep(index, op, grants)
 
+        def counting_run(runs: SpilledRuns, tenant: str, run_id: str) -> dict[str, Any]:
+            self.sample()
+            return run(runs, tenant, run_id)
+
         monkeypatch.setattr(spill, "_op", counting_decode)
         monkeypatch.setattr(spill, "_grant", counting_grant)
         monkeypatch.setattr(spill.SpilledIndex, "_keep", counting_keep)
+        monkeypatch.setattr(SpilledRuns, "run", counting_run)
 
     def sample(self) -> None:
         self.seen += 1
@@ -279,6 +308,12 @@ class _Live:
         objects = gc.get_objects()
         self.ops = max(self.ops, sum(1 for o in objects if type(o) is Op) - self._before[0])
         self.states = max(self.states, sum(1 for o in objects if type(o) is dict and "raw_keys" in o) - self._before[1])
+        if self._existing:  # the largest list, set or dict made since sampling began (what a cross-run index is)
+            known = self._existing_ids
+            self.largest = max(self.largest, max((len(o) for o in objects if type(o) in (list, set, dict)
+                                                  and o is not objects and id(o) not in known
+                                                  and not _cursor_registry(o)), default=0))
+        del objects
 
 
 def test_checking_keeps_a_bounded_number_of_operations_and_run_states_alive(
@@ -308,13 +343,34 @@ def test_checking_keeps_a_bounded_number_of_operations_and_run_states_alive(
     del index
 
 
+def test_no_cross_run_question_keeps_an_entry_per_run_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Which runs were started, which keys were created, which timers fired, every send of each signal:
+    # questions across the whole history, answered from groups kept in the scratch file. Writes are
+    # batched (as the index's are); small batches here, so a batch is not mistaken for an index.
+    from kit.checkers import groups
+
+    monkeypatch.setattr(groups, "_BATCH", 16)
+    monkeypatch.setattr(spill, "_BATCH", 16)
+    largest = {}
+    for runs in (40, 400):
+        history = tmp_path / f"h{runs}.jsonl"
+        like = long_history(history, runs)
+        live = _Live(monkeypatch, every=100)
+        verdicts = _spilled(history, lambda runs=runs: _states(runs), like)
+        assert {v.status for v in verdicts} == {Status.VALID}
+        largest[runs] = live.largest
+        monkeypatch.undo()
+        monkeypatch.setattr(groups, "_BATCH", 16)
+        monkeypatch.setattr(spill, "_BATCH", 16)
+    assert largest[400] < 100 and largest[400] <= largest[40] + 20, largest  # not one entry per run of 400
+
+
 def test_the_garbage_of_one_checking_phase_is_gone_before_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Garbage only the cyclic collector frees (and CPython's free lists, emptied by the same full
     # collection) would otherwise carry one phase's memory into the next one's peak: the collector
     # runs rarely once a long workload made the heap large.
-    import weakref
 
     from kit.checkers import spill
 

@@ -9,9 +9,11 @@ verdicts merge invalid > unknown > valid (:func:`merge`). Checkers are sound:
     verdicts = check_all(Evidence(HistoryIndex.from_file(path), read_final_state(db, tenants)))
 
 A stress run checks with :func:`check_stress` instead: the history and the final state
-go to a scratch file as they are read and come back one run at a time, so memory
-is bounded by the largest run and the compact cross-run indexes (ids and ints), not
-by the history's length (:mod:`kit.checkers.spill`). The verdicts are the same.
+go to a scratch file as they are read and come back one run at a time, and every
+cross-run question (which runs were started, which keys created, which timers fired)
+is answered from groups kept in that file (:mod:`kit.checkers.groups`), so memory is
+bounded by the largest run and the operations open at once, not by the history's
+length or the number of runs (:mod:`kit.checkers.spill`). The verdicts are the same.
 """
 
 from __future__ import annotations

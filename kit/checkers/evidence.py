@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kit.checkers.groups import Groups
 from kit.checkers.index import HistoryIndex, Op
 from kit.checkers.model import Findings
 from kit.checkers.state import FinalState
@@ -51,13 +52,18 @@ class Evidence:
         ops = self.history.run_ops(tenant, run_id, "commit")
         return [o for o in ops if o.type == OK], [o for o in ops if o.unknown]
 
-    def started(self) -> dict[str, set[str]]:
-        """Tenant -> run ids whose start was invoked through that tenant's store (whatever the outcome)."""
-        out: dict[str, set[str]] = defaultdict(set)
+    def started(self) -> Groups[tuple[str, str]]:
+        """(tenant, run id) of every run whose start was invoked through that tenant's store (whatever the
+        outcome); ask ``(tenant, run_id) in started``."""
+        out: Groups[tuple[str, str]] = self.history.groups(2)
         for op in self.history.by_f.get("start", ()):
             if op.run is not None:
-                out[op.tenant].add(op.run)
+                out.add((op.tenant, op.run), None)
         return out
+
+    def groups(self, arity: int) -> Groups[Any]:
+        """Empty groups for a cross-run question, kept where the history is (:mod:`kit.checkers.groups`)."""
+        return self.history.groups(arity)
 
     # -- the fault machines' state checks ------------------------------------------------
     def machine(self, invariant: int) -> list[str]:

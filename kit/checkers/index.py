@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.checkers.groups import Groups, MemoryGroups
 from kit.workload.history import INFO, INVOKE, OK, read_entries
 
 __all__ = ["Grant", "HistoryIndex", "Op", "store_time"]
@@ -256,6 +257,11 @@ class HistoryIndex:
     def infos(self) -> Iterable[dict[str, Any]]:
         """Faults, crashes, heals, phases, the config and the drain, in history order."""
         return self._infos
+
+    def groups(self, arity: int) -> Groups[Any]:
+        """Empty groups for a checker's cross-run question (:mod:`kit.checkers.groups`): in memory here, in
+        the scratch file in the spilled index."""
+        return MemoryGroups()
 
     def op_at(self, index: int) -> Op:
         """The operation invoked at history ``index`` (checkers keep indexes, not operations)."""

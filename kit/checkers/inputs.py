@@ -16,18 +16,17 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from kit.checkers.evidence import Evidence, plain
+from kit.checkers.groups import Groups
 from kit.checkers.index import Op, store_time
 from kit.checkers.model import Verdict
 from kit.contract.validation import json_equal
 from kit.workload.history import OK
 
 __all__ = ["check_consumption", "check_dedup", "check_durable"]
-
-K = TypeVar("K", bound=Hashable)
 
 _CONSUMED = (("consume_signals", "signal"), ("consume_commands", "command result"), ("consume_timers", "fired timer"))
 
@@ -77,41 +76,28 @@ def check_consumption(ev: Evidence) -> Verdict:
                 f.violation(f"timer {row['timer_id']} ({row['operation_key']}) of run {run_id} is consumed but no "
                             "decision in the history consumed it",
                             {"state": {"tenant": tenant, "run": run_id, "timer": _json_row(row)}}, at=float("inf"))
-    fired: _Twice[tuple[str, str]] = _Twice()  # a timer may fire again long after: a compact index of every fired timer
+    fired = ev.groups(2)  # a timer may fire again long after: every firing's history index, by timer
     for op in ev.history.ok("fire"):
         for item in op.value or ():
             f.checked += 1
-            fired.add((op.tenant, str(item["timer"])), op)
+            fired.add((op.tenant, str(item["timer"])), op.index)
             upper = ev.history.store_upper(op.end_t)
             if upper is not None and upper < int(item["fire_at_us"]):
                 f.violation(f"timer {item['timer']} of run {item['run']} was fired by {op.process} (history "
                             f"#{op.index}) no later than store time {store_time(upper)}, before its fire_at "
                             f"{store_time(int(item['fire_at_us']))}", op.ref(), at=op.t)
-    for (tenant, timer), (a, b) in fired.twice(ev):
+    for (tenant, timer), (a, b) in _twice(ev, fired):
         f.violation(f"timer {timer} (tenant {tenant}) fired twice: by {a.where()} and by {b.where()}",
                     a.ref(), b.ref(), at=b.t)
     return f.verdict(f"{f.checked} runs and firings: every input consumed at most once, every timer fired once, "
                      "never early")
 
 
-class _Twice(Generic[K]):
-    """Which keys were seen twice: a compact index (key -> the first operation's history index), the
-    operations fetched again only for the keys seen twice, in the order the keys were first seen."""
-
-    def __init__(self) -> None:
-        self._first: dict[K, int] = {}
-        self._second: dict[K, int] = {}
-
-    def add(self, key: K, op: Op) -> None:
-        if key not in self._first:
-            self._first[key] = op.index
-        elif key not in self._second:
-            self._second[key] = op.index
-
-    def twice(self, ev: Evidence) -> Iterator[tuple[K, tuple[Op, Op]]]:
-        order = {key: i for i, key in enumerate(self._first) if key in self._second}
-        for key in sorted(self._second, key=order.__getitem__):
-            yield key, (ev.history.op_at(self._first[key]), ev.history.op_at(self._second[key]))
+def _twice(ev: Evidence, groups: Groups[Any]) -> Iterator[tuple[Any, tuple[Op, Op]]]:
+    """The keys added more than once, in the order first added, with the operations at their first two
+    history indexes (fetched again only for those keys)."""
+    for key, indexes in groups.repeated():
+        yield key, (ev.history.op_at(indexes[0]), ev.history.op_at(indexes[1]))
 
 
 def _json_row(row: dict[str, object]) -> dict[str, object]:
@@ -123,38 +109,30 @@ def check_dedup(ev: Evidence) -> Verdict:
     """Invariant 6: one run per idempotency key, one signal per dedup key, one command and timer per operation key."""
     f = ev.findings(6, "deduplication")
     for tenant, runs in ev.state.tenants.items():
-        # cross-run uniqueness: a compact index (key -> the first run's id), lists only for keys held twice
-        first: dict[str, str] = {}
-        more: dict[str, list[str]] = {}
+        held = ev.groups(1)  # cross-run uniqueness: the runs holding each idempotency key
         for run_id, state in runs.items():
             f.checked += 1
             key = state["run"].get("idempotency_key")
-            if key is None:
-                continue
-            if key not in first:
-                first[key] = run_id
-            else:
-                more.setdefault(key, [first[key]]).append(run_id)
-        for key in first:
-            if key in more:
-                ids = more[key]
-                f.violation(f"tenant {tenant} holds {len(ids)} runs ({', '.join(sorted(ids)[:3])}) for the one "
-                            f"idempotency key {key!r}", {"state": {"tenant": tenant, "key": key, "runs": ids}},
-                            at=float("inf"))
-        del first, more
-    created: _Twice[tuple[str, str]] = _Twice()  # cross-run uniqueness: a compact index of every key answered created
+            if key is not None:
+                held.add((key,), run_id)
+        for (key,), ids in held.repeated():
+            f.violation(f"tenant {tenant} holds {len(ids)} runs ({', '.join(sorted(ids)[:3])}) for the one "
+                        f"idempotency key {key!r}", {"state": {"tenant": tenant, "key": key, "runs": ids}},
+                        at=float("inf"))
+        del held
+    created = ev.groups(2)  # cross-run uniqueness: every start answered created, by key
     for op in ev.history.ok("start"):
         if isinstance(op.value, dict) and op.value.get("created"):
-            created.add((op.tenant, str((op.args or {}).get("key"))), op)
-    for (tenant, key), (a, b) in created.twice(ev):
+            created.add((op.tenant, str((op.args or {}).get("key"))), op.index)
+    for (tenant, key), (a, b) in _twice(ev, created):
         f.violation(f"two starts with idempotency key {key!r} in tenant {tenant} were both answered created: "
                     f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
     del created
-    committed: _Twice[tuple[str, str, str]] = _Twice()
+    committed = ev.groups(3)
     for op in ev.history.ok("signal"):
         if isinstance(op.value, dict) and op.value.get("outcome") == "committed":
-            committed.add((op.tenant, str(op.run), str((op.args or {}).get("dedup"))), op)
-    for (tenant, run_id, dedup), (a, b) in committed.twice(ev):
+            committed.add((op.tenant, str(op.run), str((op.args or {}).get("dedup"))), op.index)
+    for (tenant, run_id, dedup), (a, b) in _twice(ev, committed):
         f.violation(f"two sends of signal {dedup!r} to run {run_id} were both answered committed: "
                     f"{a.where()} and {b.where()}", a.ref(), b.ref(), at=b.t)
     return f.verdict(f"{f.checked} runs: no key is stored or answered twice")
@@ -198,20 +176,18 @@ def check_durable(ev: Evidence) -> Verdict:
                 f.violation(f"command {command} of run {run_id} was completed with "
                             f"{(op.args or {}).get('result')!r} ({op.where()}) but holds {row['result']!r}",
                             op.ref(), at=op.t)
-    # every signal's sends, judged together: a compact index (the first send's history index, and
-    # the refusals' answers while every send so far was refused)
-    sends: dict[tuple[str, str, str], tuple[int, Counter[str] | None]] = {}
+    # every signal's sends, judged together: (history index, refused?, answer) of each send, by signal
+    sends = ev.groups(3)
     for op in ev.history.by_f.get("signal", ()):
-        key = (op.tenant, str(op.run), str((op.args or {}).get("dedup")))
-        first, refused = sends.get(key, (op.index, Counter()))
-        if refused is not None and op.type == "fail":
-            refused[str(op.value)] += 1
-        sends[key] = (first, refused if op.type == "fail" else None)
-    for (tenant, run_id, dedup), (first, refused) in sends.items():
-        if refused is not None:
+        sends.add((op.tenant, str(op.run), str((op.args or {}).get("dedup"))),
+                  (op.index, op.type == "fail", str(op.value)))
+    for (tenant, run_id, dedup), answers in sends:
+        if all(refused for _, refused, _ in answers):
+            first = answers[0][0]
+            refused_answers = Counter(answer for _, _, answer in answers)
             state = ev.state.run(tenant, run_id)
             if state is not None and dedup in state["signals"]:
                 op = ev.history.op_at(first)
                 f.violation(f"signal {dedup!r} to run {run_id} was refused every time "
-                            f"({refused}) yet it is stored", op.ref(), at=op.t)
+                            f"({refused_answers}) yet it is stored", op.ref(), at=op.t)
     return f.verdict(f"{f.checked} acknowledged writes: all present, nothing refused was stored")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.checkers.evidence import Evidence
+from kit.checkers.groups import Groups
 from kit.checkers.model import Findings, Verdict
 from kit.contract import Command, CommandStatus, DefinitionRef, Event, Run, RunStatus
 from kit.workload.history import OK
@@ -43,10 +44,12 @@ def check_quiescent(ev: Evidence) -> Verdict:
     if drain is None:
         f.doubt("the history has no record of the drain (the run stopped early): run endings cannot be judged")
         return f.verdict("")
-    started = sorted({(op.tenant, str(op.run)) for op in ev.history.ok("start")})
+    started: Groups[tuple[str, str]] = ev.groups(2)  # every run started, kept where the history is
+    for op in ev.history.ok("start"):
+        started.add((op.tenant, str(op.run)), None)
     replayed = 0
     step = max(1, len(started) // max(1, ev.replay_limit))
-    for i, (tenant, run_id) in enumerate(started):
+    for i, (tenant, run_id) in enumerate(started.sorted_keys()):
         state = ev.state.run(tenant, run_id)
         if state is None:
             continue  # invariant 7 names it
@@ -116,7 +119,7 @@ def check_tenancy(ev: Evidence) -> Verdict:
                         f"{op.tenant}'s store ({op.where()})", op.ref(), at=op.t)
         for run_id in named:
             f.checked += 1
-            if run_id not in started.get(op.tenant, ()):
+            if (op.tenant, run_id) not in started:
                 f.violation(f"{op.process} reached run {run_id} through tenant {op.tenant}'s store ({op.f}, history "
                             f"#{op.index}), but that run was never started in tenant {op.tenant}", op.ref(), at=op.t)
     for op in ev.history.by_f.get("probe", ()):
@@ -127,7 +130,7 @@ def check_tenancy(ev: Evidence) -> Verdict:
     for tenant, run_id, state in ev.state.runs():
         f.checked += 1
         owner = state["run"]["tenant_id"]
-        if owner != tenant or run_id not in started.get(tenant, ()):
+        if owner != tenant or (tenant, run_id) not in started:
             f.violation(f"tenant {tenant}'s store lists run {run_id} (of tenant {owner}), which was never started "
                         f"in tenant {tenant}", Evidence.run_witness(tenant, run_id, state, "tenant_id"), at=float("inf"))
     return f.verdict(f"{f.checked} answers and rows: each tenant saw only its own runs")

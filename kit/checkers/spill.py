@@ -15,10 +15,11 @@ views read them back lazily:
   were read, each unpickled when asked (a few kept).
 
 What stays in memory: the open invocations while indexing, the clock samples as
-compact arrays, one group (a run's or a command's operations), a few runs' state,
-and whatever compact index a checker needs for a cross-run question (ids and ints;
-see each checker). The iteration orders are exactly the in-memory index's, so
-every verdict, sentence and witness is the same.
+compact arrays (24 bytes a sample), one group (a run's or a command's operations, or
+one key's values of a checker's cross-run question: :meth:`SpilledIndex.groups`),
+a few runs' state, and batches of rows on their way to the file. The iteration
+orders are exactly the in-memory index's, so every verdict, sentence and witness
+is the same.
 
 The file is private to one check (pickles written and read by this process) and
 is deleted with the folder it lives in (:func:`kit.checkers.check_stress`).
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kit.checkers.groups import DiskGroups, Groups
 from kit.checkers.index import Grant, HistoryIndex, Op
 from kit.workload.history import read_entries
 
@@ -77,7 +79,7 @@ def _op_row(op: Op) -> tuple[Any, ...]:
 
 def _op_of(row: tuple[Any, ...]) -> Op:
     op = Op(*row)
-    op.tenant = sys.intern(op.tenant)  # one string per tenant in the compact indexes, not one per operation
+    op.tenant = sys.intern(op.tenant)  # one string per tenant, not one per operation decoded
     return op
 
 
@@ -236,6 +238,9 @@ class SpilledIndex(HistoryIndex):
     @property
     def infos(self) -> Iterable[dict[str, Any]]:
         return _Rows(self._db, "SELECT data FROM infos ORDER BY seq", (), pickle.loads)
+
+    def groups(self, arity: int) -> Groups[Any]:
+        return DiskGroups(self._db, arity)
 
     def op_at(self, index: int) -> Op:
         row = self._db.execute("SELECT data FROM ops WHERE idx = ?", (index,)).fetchone()
