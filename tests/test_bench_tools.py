@@ -121,6 +121,6 @@ def test_the_stress_memory_goal_is_the_median_pair_and_leaves_out_pairs_that_pro
     assert detail.startswith("median of 3 pairs")
     assert "pair 3: left out, the 10x run recorded only 2.7x the history" in detail
     assert "(the run found a violation)" in detail
-    assert "pair 1: 2.00, 46 B of peak per added history entry" in detail  # (8000 - 4000) KiB / 90,000 entries
+    assert "pair 1: 2.00, 45.5 B of peak per added history entry" in detail  # (8000 - 4000) KiB / 90,000 entries
     none, why = _stress_memory(1, lambda *_: {"history_entries": 1, "check_heap_peak_kb": 1, "total_peak_kb": 1})
     assert none is None and why.startswith("no verdict")

@@ -221,7 +221,7 @@ def _stress_memory(rounds: int = STRESS_ROUNDS,
         # the ratio's complement: a small fixed cost makes any bounded growth a large ratio
         added = (ten["check_heap_peak_kb"] - one["check_heap_peak_kb"]) * 1024 / max(
             ten["history_entries"] - one["history_entries"], 1)
-        details.append(f"pair {i + 1}: {ratio:.2f}, {added:.0f} B of peak per added history entry ({pair})")
+        details.append(f"pair {i + 1}: {ratio:.2f}, {added:.1f} B of peak per added history entry ({pair})")
     detail = (f"median of {len(ratios)} pairs (tracemalloc on while checking); " if ratios else "no verdict; ") \
         + "; ".join(details)
     return (statistics.median(ratios) if ratios else None), detail
