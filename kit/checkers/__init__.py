@@ -12,8 +12,9 @@ A stress run checks with :func:`check_stress` instead: the history and the final
 go to a scratch file as they are read and come back one run at a time, and every
 cross-run question (which runs were started, which keys created, which timers fired)
 is answered from groups kept in that file (:mod:`kit.checkers.groups`), so memory is
-bounded by the largest run and the operations open at once, not by the history's
-length or the number of runs (:mod:`kit.checkers.spill`). The verdicts are the same.
+bounded by the largest run and the operations open at once (plus 24 bytes per store
+clock sample), not by the history's length or the number of runs
+(:mod:`kit.checkers.spill`). The verdicts are the same.
 """
 
 from __future__ import annotations
