@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -29,30 +30,32 @@ _BATCH = 256
 about 300 KB, a third of a long run's checking peak)."""
 
 
-class Groups(Generic[K]):
+class Groups(ABC, Generic[K]):
     """Values grouped by a key of fixed arity (see the module docstring)."""
 
+    @abstractmethod
     def add(self, key: K, value: Any) -> None:
-        raise NotImplementedError
+        """Append ``value`` to ``key``'s group (a new key starts a group)."""
 
+    @abstractmethod
     def __iter__(self) -> Iterator[tuple[K, list[Any]]]:
         """Every key with its values: keys in first-added order, values in added order."""
-        raise NotImplementedError
 
     def repeated(self) -> Iterator[tuple[K, list[Any]]]:
         """The keys added more than once, as :meth:`__iter__` gives them."""
         return ((key, values) for key, values in self if len(values) > 1)
 
+    @abstractmethod
     def sorted_keys(self) -> Iterator[K]:
         """Every key once, in ascending (tuple) order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def __contains__(self, key: object) -> bool:
-        raise NotImplementedError
+        """Whether ``key`` was added."""
 
+    @abstractmethod
     def __len__(self) -> int:
         """How many distinct keys."""
-        raise NotImplementedError
 
 
 class MemoryGroups(Groups[K]):
