@@ -355,13 +355,11 @@ def test_no_cross_run_question_keeps_an_entry_per_run_in_memory(tmp_path: Path, 
     for runs in (40, 400):
         history = tmp_path / f"h{runs}.jsonl"
         like = long_history(history, runs)
-        live = _Live(monkeypatch, every=100)
-        verdicts = _spilled(history, lambda runs=runs: _states(runs), like)
+        with pytest.MonkeyPatch.context() as sampling:  # the sampler's hooks, for this check only
+            live = _Live(sampling, every=100)
+            verdicts = _spilled(history, lambda runs=runs: _states(runs), like)
         assert {v.status for v in verdicts} == {Status.VALID}
         largest[runs] = live.largest
-        monkeypatch.undo()
-        monkeypatch.setattr(groups, "_BATCH", 16)
-        monkeypatch.setattr(spill, "_BATCH", 16)
     assert largest[400] < 100 and largest[400] <= largest[40] + 20, largest  # not one entry per run of 400
 
 
@@ -371,7 +369,6 @@ def test_the_garbage_of_one_checking_phase_is_gone_before_the_next(
     # Garbage only the cyclic collector frees (and CPython's free lists, emptied by the same full
     # collection) would otherwise carry one phase's memory into the next one's peak: the collector
     # runs rarely once a long workload made the heap large.
-
     from kit.checkers import spill
 
     history = tmp_path / "h.jsonl"
